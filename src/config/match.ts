@@ -1,0 +1,126 @@
+import { UNIT_SECONDS, type Descriptor, type Entry } from '../model';
+import type { CompiledConfig, DescriptorNode, MatchedLimit, RateLimitRule, WildcardEntry } from './types';
+
+// envoyproxy/ratelimit's wildcardMatch: `parts` is the pattern split on '*'; each '*' matches any
+// run of characters, possibly empty. No allocation per call.
+export function wildcardMatch(parts: readonly string[], value: string): boolean {
+  if (parts.length === 1) return parts[0] === value;
+  const first = parts[0];
+  const last = parts[parts.length - 1];
+  if (!value.startsWith(first) || !value.endsWith(last)) return false;
+  let fixed = 0;
+  for (const p of parts) fixed += p.length;
+  if (value.length < fixed) return false;
+  // Middle parts must appear in order between the matched prefix and suffix.
+  const end = value.length - last.length;
+  let pos = first.length;
+  for (let i = 1; i < parts.length - 1; i++) {
+    const idx = value.indexOf(parts[i], pos);
+    if (idx < 0 || idx + parts[i].length > end) return false;
+    pos = idx + parts[i].length;
+  }
+  return true;
+}
+
+function findWildcard(wildcards: readonly WildcardEntry[], value: string): WildcardEntry | undefined {
+  for (const w of wildcards) if (wildcardMatch(w.parts, value)) return w;
+  return undefined;
+}
+
+function entryKey(key: string, value: string): string {
+  return value === '' ? key : `${key}_${value}`;
+}
+
+// A request-side override replaces the configured limit entirely (upstream: no shadow mode, no
+// name, stats under the full request key).
+function overrideLimit(domain: string, d: Descriptor): MatchedLimit {
+  const o = d.limitOverride!;
+  let key = domain + '.';
+  for (let i = 0; i < d.entries.length; i++) {
+    if (i > 0) key += '.';
+    key += entryKey(d.entries[i].key, d.entries[i].value);
+  }
+  const rule: RateLimitRule = {
+    fullKey: key,
+    name: '',
+    unit: o.unit,
+    requestsPerUnit: o.requestsPerUnit,
+    unlimited: false,
+    algorithm: 'fixed_window',
+    periodMs: UNIT_SECONDS[o.unit] * 1000,
+    burst: o.requestsPerUnit,
+    shadowMode: false,
+    quotaMode: false,
+    detailedMetric: false,
+    replaces: [],
+    source: { file: '(request limit override)' },
+  };
+  return { rule, statKey: key, counterEntries: d.entries, fromOverride: true };
+}
+
+// detailed_metric: every request value, or the share_threshold pattern where one matched.
+function detailedKey(domain: string, entries: readonly Entry[], patterns: (string | undefined)[] | undefined): string {
+  let key = domain;
+  for (let i = 0; i < entries.length; i++) {
+    const e = entries[i];
+    const pattern = patterns?.[i];
+    if (patterns === undefined) {
+      // Upstream writes "<key>_<value>" here even for an empty value; kept so stats names agree.
+      key += `.${e.key}_${e.value}`;
+    } else {
+      key += '.' + entryKey(e.key, pattern ?? e.value);
+    }
+  }
+  return key;
+}
+
+function counterEntries(entries: Entry[], patterns: (string | undefined)[] | undefined): Entry[] {
+  if (patterns === undefined) return entries;
+  return entries.map((e, i) => (patterns[i] === undefined ? e : { key: e.key, value: patterns[i]! }));
+}
+
+// The limit for one descriptor, as envoyproxy/ratelimit's GetLimit: at each level try the exact
+// value, then the key's wildcard patterns in declaration order, then its value-less default. The
+// node matched by the last entry must carry the rule.
+export function match(config: CompiledConfig, domain: string, descriptor: Descriptor): MatchedLimit | undefined {
+  const root = config.domains.get(domain);
+  if (root === undefined) return undefined;
+  if (descriptor.limitOverride !== undefined) return overrideLimit(domain, descriptor);
+  const entries = descriptor.entries;
+  if (entries.length === 0) return undefined;
+
+  let node: DescriptorNode = root;
+  // The value_to_metric stats key, built as we go (equals rule.fullKey when no flag is set).
+  let metricKey = domain;
+  let flagged = false;
+  let patterns: (string | undefined)[] | undefined;
+  for (let i = 0; i < entries.length; i++) {
+    const { key, value } = entries[i];
+    const branch = node.children.get(key);
+    if (branch === undefined) return undefined;
+    let next = branch.values.get(value);
+    let shown = value;
+    if (next === undefined) {
+      const w = findWildcard(branch.wildcards, value);
+      if (w !== undefined) {
+        next = w.node;
+        if (next.shareThreshold) (patterns ??= new Array(entries.length))[i] = w.pattern;
+        shown = next.valueToMetric && !next.shareThreshold ? value : w.pattern;
+      } else {
+        next = branch.defaultNode;
+        if (next === undefined) return undefined;
+        shown = next.valueToMetric ? value : '';
+      }
+    }
+    flagged ||= next.valueToMetric || next.shareThreshold;
+    metricKey += '.' + entryKey(key, shown);
+    node = next;
+  }
+
+  const rule = node.rule;
+  if (rule === undefined) return undefined;
+  let statKey = rule.fullKey;
+  if (rule.detailedMetric) statKey = detailedKey(domain, entries, patterns);
+  else if (flagged) statKey = metricKey;
+  return { rule, statKey, counterEntries: counterEntries(entries, patterns), fromOverride: false };
+}

@@ -1,0 +1,303 @@
+import { Document, LineCounter, isAlias, isMap, isScalar, isSeq, parseDocument } from 'yaml';
+import { ConfigError } from '../errors';
+
+// One YAML config file, checked for keys and types but not yet for meaning (compile.ts does that).
+// Missing or null fields take upstream's zero values ('' / 0 / false), as yaml.v2 leaves them.
+
+export interface RawReplace {
+  name: string;
+  line?: number;
+}
+
+export interface RawRateLimit {
+  line?: number;
+  // A key or type error inside this block was already reported; compile skips its checks.
+  broken: boolean;
+  unit: string;
+  requestsPerUnit: number;
+  unlimited: boolean;
+  name: string;
+  replaces: RawReplace[];
+  algorithm?: string;
+  burst?: number;
+  unitMultiplier?: number;
+  window?: string;
+  // The line of each key present, so errors about a key point at it.
+  lines: Record<string, number | undefined>;
+}
+
+export interface RawDescriptor {
+  line?: number;
+  // undefined when `key` had the wrong type (already reported); '' when absent.
+  key?: string;
+  value: string;
+  rateLimit?: RawRateLimit;
+  descriptors: RawDescriptor[];
+  shadowMode: boolean;
+  quotaMode: boolean;
+  detailedMetric: boolean;
+  valueToMetric: boolean;
+  shareThreshold: boolean;
+  metadata?: Record<string, unknown>;
+}
+
+export interface RawConfigFile {
+  file: string;
+  // undefined when `domain` had the wrong type (already reported); '' when absent.
+  domain?: string;
+  domainLine?: number;
+  descriptors: RawDescriptor[];
+}
+
+export interface ParseResult {
+  raw?: RawConfigFile;
+  errors: ConfigError[];
+}
+
+const ROOT_KEYS = new Set(['domain', 'descriptors']);
+const DESCRIPTOR_KEYS = new Set([
+  'key', 'value', 'rate_limit', 'descriptors', 'shadow_mode', 'quota_mode', 'detailed_metric',
+  'value_to_metric', 'share_threshold', 'metadata',
+]);
+const RATE_LIMIT_KEYS = new Set([
+  'unit', 'requests_per_unit', 'unlimited', 'name', 'replaces', 'algorithm', 'burst', 'unit_multiplier', 'window',
+]);
+const REPLACES_KEYS = new Set(['name']);
+
+const KEY_HOMES: [Set<string>, string][] = [
+  [ROOT_KEYS, 'at the top level'],
+  [DESCRIPTOR_KEYS, 'in a descriptor'],
+  [RATE_LIMIT_KEYS, 'inside rate_limit'],
+];
+
+const MAX_UINT32 = 4_294_967_295;
+
+type Fields = Map<string, { node: unknown; line?: number }>;
+
+class Reader {
+  readonly errors: ConfigError[] = [];
+
+  constructor(
+    private readonly file: string,
+    private readonly doc: Document,
+    private readonly lc: LineCounter,
+  ) {}
+
+  lineOf(node: unknown): number | undefined {
+    const range = (node as { range?: [number, number, number] | null } | null)?.range;
+    return range ? this.lc.linePos(range[0]).line : undefined;
+  }
+
+  error(detail: string, line?: number): void {
+    this.errors.push(new ConfigError(this.file, detail, line));
+  }
+
+  deref(node: unknown): unknown {
+    return isAlias(node) ? node.resolve(this.doc) : node;
+  }
+
+  describe(node: unknown): string {
+    if (node === null || node === undefined) return 'nothing';
+    if (isMap(node)) return 'a map';
+    if (isSeq(node)) return 'a list';
+    if (isScalar(node) && node.type !== 'PLAIN' && typeof node.value === 'string') return `the string "${node.value}"`;
+    if (isScalar(node)) return `'${scalarText(node)}'`;
+    return 'an unsupported value';
+  }
+
+  // The key's name, or undefined (reported) when it is not a string or not allowed here.
+  private keyName(key: unknown, allowed: ReadonlySet<string>): string | undefined {
+    if (!isScalar(key) || typeof key.value !== 'string') {
+      const shown = isScalar(key) ? scalarText(key) : JSON.stringify(this.toJS(key));
+      this.error(`config error, key is not of type string: ${shown}`, this.lineOf(key));
+      return undefined;
+    }
+    const name = key.value;
+    if (allowed.has(name)) return name;
+    const home = KEY_HOMES.find(([set]) => set !== allowed && set.has(name));
+    this.error(`config error, unknown key '${name}'${home ? ` (allowed only ${home[1]})` : ''}`, this.lineOf(key));
+    return undefined;
+  }
+
+  // The map's entries by key, after YAML merge keys (`<<: *anchor`); explicit keys win.
+  fields(mapNode: unknown, allowed: ReadonlySet<string>): Fields {
+    const out: Fields = new Map();
+    const merged: unknown[] = [];
+    for (const pair of (this.deref(mapNode) as { items: { key: unknown; value: unknown }[] }).items) {
+      if (isScalar(pair.key) && typeof pair.key.value === 'symbol') {
+        const src = this.deref(pair.value);
+        merged.push(...(isSeq(src) ? src.items.map((n) => this.deref(n)) : [src]));
+        continue;
+      }
+      const name = this.keyName(pair.key, allowed);
+      if (name === undefined) continue;
+      const value = this.deref(pair.value);
+      const isNull = value === null || value === undefined || (isScalar(value) && value.value === null);
+      out.set(name, { node: isNull ? null : value, line: this.lineOf(pair.key) });
+    }
+    for (const m of merged) {
+      if (!isMap(m)) continue;
+      for (const [k, f] of this.fields(m, allowed)) if (!out.has(k)) out.set(k, f);
+    }
+    return out;
+  }
+
+  toJS(node: unknown): unknown {
+    const n = node as { toJS?: (doc: Document) => unknown } | null;
+    return typeof n?.toJS === 'function' ? n.toJS(this.doc) : n;
+  }
+
+  str(fields: Fields, key: string): string | undefined {
+    const f = fields.get(key);
+    if (f === undefined || f.node === null) return '';
+    if (isScalar(f.node)) return scalarText(f.node);
+    this.error(`'${key}' must be a string, got ${this.describe(f.node)}`, f.line);
+    return undefined;
+  }
+
+  bool(fields: Fields, key: string): boolean {
+    const f = fields.get(key);
+    if (f === undefined || f.node === null) return false;
+    if (isScalar(f.node) && typeof f.node.value === 'boolean') return f.node.value;
+    this.error(`'${key}' must be true or false, got ${this.describe(f.node)}`, f.line);
+    return false;
+  }
+
+  int(fields: Fields, key: string, min: number, what: string): number | undefined {
+    const f = fields.get(key);
+    if (f === undefined || f.node === null) return undefined;
+    if (isScalar(f.node)) {
+      const v = f.node.value;
+      if (typeof v === 'number' && Number.isInteger(v) && v >= min && v <= MAX_UINT32) return v;
+    }
+    this.error(`'${key}' must be ${what}, got ${this.describe(f.node)}`, f.line);
+    return undefined;
+  }
+
+  // A list whose elements must all be maps, as upstream requires of every list in the file.
+  mapList(fields: Fields, key: string, what: string): unknown[] {
+    const f = fields.get(key);
+    if (f === undefined || f.node === null) return [];
+    if (!isSeq(f.node)) {
+      this.error(`'${key}' must be a list of ${what}, got ${this.describe(f.node)}`, f.line);
+      return [];
+    }
+    const maps: unknown[] = [];
+    for (const item of f.node.items.map((n) => this.deref(n))) {
+      if (isMap(item)) {
+        maps.push(item);
+        continue;
+      }
+      const shown = isScalar(item) ? scalarText(item) : JSON.stringify(this.toJS(item));
+      const detail = `config error, yaml file contains list of type other than map: ${shown}`;
+      this.error(detail, this.lineOf(item) ?? f.line);
+    }
+    return maps;
+  }
+}
+
+// Upstream (yaml.v2) decodes any scalar into a string field by its source text: `value: 500`
+// is "500", `value: 0x1F` is "0x1F". Null is ''.
+function scalarText(node: { value: unknown; source?: string }): string {
+  if (node.value === null) return '';
+  if (typeof node.value === 'string') return node.value;
+  return node.source ?? String(node.value);
+}
+
+function readRateLimit(r: Reader, node: unknown, line: number | undefined): RawRateLimit | undefined {
+  if (node === null) return undefined;
+  if (!isMap(node)) {
+    r.error(`'rate_limit' must be a map, got ${r.describe(node)}`, line);
+    return undefined;
+  }
+  const before = r.errors.length;
+  const f = r.fields(node, RATE_LIMIT_KEYS);
+  const lines: Record<string, number | undefined> = {};
+  for (const [k, v] of f) lines[k] = v.line;
+  const rl: RawRateLimit = {
+    line,
+    broken: false,
+    unit: r.str(f, 'unit') ?? '',
+    requestsPerUnit: r.int(f, 'requests_per_unit', 0, `an integer from 0 to ${MAX_UINT32}`) ?? 0,
+    unlimited: r.bool(f, 'unlimited'),
+    name: r.str(f, 'name') ?? '',
+    replaces: readReplaces(r, f),
+    burst: r.int(f, 'burst', 1, 'a positive integer'),
+    unitMultiplier: r.int(f, 'unit_multiplier', 1, 'a positive integer'),
+    lines,
+  };
+  // Unlike upstream keys, an empty extension key means "not set" rather than ''.
+  if (f.get('algorithm')?.node) rl.algorithm = r.str(f, 'algorithm');
+  if (f.get('window')?.node) rl.window = r.str(f, 'window');
+  rl.broken = r.errors.length > before;
+  return rl;
+}
+
+function readReplaces(r: Reader, f: Fields): RawReplace[] {
+  return r.mapList(f, 'replaces', '{name: ...} maps').map((m) => {
+    const rf = r.fields(m, REPLACES_KEYS);
+    return { name: r.str(rf, 'name') ?? '', line: r.lineOf(m) };
+  });
+}
+
+function readMetadata(r: Reader, f: Fields): Record<string, unknown> | undefined {
+  const field = f.get('metadata');
+  if (field === undefined || field.node === null) return undefined;
+  if (!isMap(field.node)) {
+    r.error(`'metadata' must be a map, got ${r.describe(field.node)}`, field.line);
+    return undefined;
+  }
+  return r.toJS(field.node) as Record<string, unknown>;
+}
+
+function readDescriptor(r: Reader, node: unknown): RawDescriptor {
+  const f = r.fields(node, DESCRIPTOR_KEYS);
+  const rlField = f.get('rate_limit');
+  return {
+    line: r.lineOf(node),
+    key: r.str(f, 'key'),
+    value: r.str(f, 'value') ?? '',
+    rateLimit: rlField ? readRateLimit(r, rlField.node, rlField.line) : undefined,
+    descriptors: readDescriptors(r, f),
+    shadowMode: r.bool(f, 'shadow_mode'),
+    quotaMode: r.bool(f, 'quota_mode'),
+    detailedMetric: r.bool(f, 'detailed_metric'),
+    valueToMetric: r.bool(f, 'value_to_metric'),
+    shareThreshold: r.bool(f, 'share_threshold'),
+    metadata: readMetadata(r, f),
+  };
+}
+
+function readDescriptors(r: Reader, f: Fields): RawDescriptor[] {
+  return r.mapList(f, 'descriptors', 'descriptors (maps)').map((m) => readDescriptor(r, m));
+}
+
+// Parses and checks one file. `raw` is returned whenever the YAML itself parsed, even if keys or
+// types were wrong, so that compile can still report the file's other problems.
+export function parseConfigText(file: string, text: string): ParseResult {
+  const lc = new LineCounter();
+  // YAML 1.1, as upstream's yaml.v2: `yes`/`on` are booleans there, and so they are here.
+  const doc = parseDocument(text, { lineCounter: lc, version: '1.1', prettyErrors: false });
+  if (doc.errors.length > 0) {
+    const errors = doc.errors.map(
+      (e) => new ConfigError(file, `error loading config file: ${e.message}`, lc.linePos(e.pos[0]).line),
+    );
+    return { errors };
+  }
+  const r = new Reader(file, doc, lc);
+  const root = r.deref(doc.contents);
+  if (root === null) return { raw: { file, domain: '', descriptors: [] }, errors: [] };
+  if (!isMap(root)) {
+    const got = r.describe(root);
+    r.error(`error loading config file: the top level must be a map with 'domain' and 'descriptors', got ${got}`, r.lineOf(root));
+    return { errors: r.errors };
+  }
+  const f = r.fields(root, ROOT_KEYS);
+  const raw: RawConfigFile = {
+    file,
+    domain: r.str(f, 'domain'),
+    domainLine: f.get('domain')?.line,
+    descriptors: readDescriptors(r, f),
+  };
+  return { raw, errors: r.errors };
+}

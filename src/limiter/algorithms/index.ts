@@ -1,0 +1,15 @@
+import type { Algorithm } from '../../model';
+import { fixedWindow } from './fixed-window';
+import { gcra } from './gcra';
+import { slidingWindow } from './sliding-window';
+import { tokenBucket } from './token-bucket';
+import type { AlgorithmImpl } from './types';
+
+export const ALGORITHM_IMPLS: Readonly<Record<Algorithm, AlgorithmImpl>> = {
+  fixed_window: fixedWindow,
+  sliding_window: slidingWindow,
+  token_bucket: tokenBucket,
+  gcra,
+};
+
+export type { AlgorithmImpl, LimitSpec, State, Verdict, View } from './types';

@@ -1,0 +1,56 @@
+import type { Algorithm } from '../../model';
+
+// What an algorithm needs to know about a limit.
+export interface LimitSpec {
+  algorithm: Algorithm;
+  // Requests per period.
+  limit: number;
+  // Window length (windows) or refill period (buckets), in ms.
+  periodMs: number;
+  // Token bucket capacity / GCRA burst, in requests.
+  burst: number;
+}
+
+// An algorithm's state is a short tuple of numbers so that the Redis scripts can store exactly the
+// same thing in a hash (see lua/ once the Redis store lands) and both stores give the same answers.
+export type State = readonly number[];
+
+// The counter as seen at `now`, without changing it.
+export interface View {
+  // Whole requests that could still be admitted now.
+  remaining: number;
+  // Until the counter is back to its empty state (window end, bucket full), ms.
+  resetMs: number;
+  // Requests' worth of budget in use now (count, or capacity minus tokens); for near-limit stats.
+  used: number;
+}
+
+export interface Verdict {
+  allowed: boolean;
+  // 0 when allowed; otherwise ms until the same hits would be allowed. Infinity when they never
+  // can (more hits than the limit or the bucket holds).
+  retryAfterMs: number;
+  // The state with the hits applied, or undefined when the algorithm cannot apply them (a bucket
+  // never goes into debt). For windows it is defined even when not allowed, which is what
+  // COUNT_DENIED_HITS (upstream's counting) writes.
+  next: State | undefined;
+}
+
+export interface AlgorithmImpl {
+  view(state: State | undefined, spec: LimitSpec, nowMs: number): View;
+  decide(state: State | undefined, spec: LimitSpec, hits: number, nowMs: number): Verdict;
+  // How long `state` must be kept after `now`; after that it is equivalent to no state at all.
+  ttlMs(state: State, spec: LimitSpec, nowMs: number): number;
+}
+
+// Float slack for the continuous algorithms: 1/3-request emission intervals and the like must not
+// turn "exactly 5 left" into 4.9999999 → 4. The Redis scripts use the same constant.
+export const EPSILON = 1e-6;
+
+export function wholeRequests(x: number): number {
+  return x <= 0 ? 0 : Math.floor(x + EPSILON);
+}
+
+export function windowStart(nowMs: number, periodMs: number): number {
+  return Math.floor(nowMs / periodMs) * periodMs;
+}

@@ -1,0 +1,135 @@
+import { match } from '../config/match';
+import type { CompiledConfig, MatchedLimit, RateLimitRule } from '../config/types';
+import { counterKey, type KeyOptions } from '../keys';
+import type { Code, LimitMode, RateLimitRequest } from '../model';
+import type { Decision, LimitCheck, Store } from '../store/store';
+
+export const MAX_UINT32 = 4_294_967_295;
+
+export interface LimiterSettings {
+  keys: KeyOptions;
+  countDeniedHits: boolean;
+  globalShadowMode: boolean;
+  globalQuotaMode: boolean;
+}
+
+export type DescriptorKind = 'no_limit' | 'unlimited' | 'limited';
+
+export interface DescriptorResult {
+  kind: DescriptorKind;
+  code: Code;
+  rule?: RateLimitRule;
+  matched?: MatchedLimit;
+  mode?: LimitMode;
+  hits: number;
+  // uint32 on the wire; MAX_UINT32 for unlimited descriptors, 0 when over the limit.
+  remaining: number;
+  resetMs?: number;
+  // Only on OVER_LIMIT: ms until the same hits would pass (Infinity: never).
+  retryAfterMs?: number;
+  // The limit said no on its own (reported OK when in shadow mode).
+  wouldDeny: boolean;
+  consumed: boolean;
+  usedBefore: number;
+}
+
+export interface LimitDecision {
+  overall: Code;
+  // One per request descriptor, in request order.
+  results: DescriptorResult[];
+}
+
+// Request-level hits_addend 0 means 1; a descriptor-level value wins, and 0 there means "check only".
+export function hitsFor(request: RateLimitRequest, index: number): number {
+  const own = request.descriptors[index].hitsAddend;
+  return own !== undefined ? own : Math.max(1, request.hitsAddend);
+}
+
+// Finds each descriptor's limit and applies `replaces` and `unlimited` as envoyproxy/ratelimit
+// does: names replaced by any matched limit of the request (unlimited ones included) are dropped.
+export function limitsFor(config: CompiledConfig, request: RateLimitRequest): (MatchedLimit | undefined)[] {
+  const matched = request.descriptors.map((d) => match(config, request.domain, d));
+  const replaced = new Set<string>();
+  for (const m of matched) for (const name of m?.rule.replaces ?? []) replaced.add(name);
+  if (replaced.size === 0) return matched;
+  return matched.map((m) => (m && m.rule.name !== '' && replaced.has(m.rule.name) ? undefined : m));
+}
+
+function modeOf(rule: RateLimitRule, settings: LimiterSettings): LimitMode {
+  if (rule.shadowMode || settings.globalShadowMode) return 'shadow';
+  if (rule.quotaMode || settings.globalQuotaMode) return 'quota';
+  return 'enforce';
+}
+
+function toCheck(request: RateLimitRequest, m: MatchedLimit, hits: number, settings: LimiterSettings): LimitCheck {
+  const rule = m.rule;
+  const key = counterKey(
+    { domain: request.domain, entries: m.counterEntries, algorithm: rule.algorithm, periodMs: rule.periodMs },
+    settings.keys,
+  );
+  return {
+    key,
+    algorithm: rule.algorithm,
+    limit: rule.requestsPerUnit,
+    periodMs: rule.periodMs,
+    burst: rule.burst,
+    hits,
+    mode: modeOf(rule, settings),
+  };
+}
+
+// Decides a whole request: one store call for all of its limits.
+export async function decideRequest(
+  config: CompiledConfig,
+  request: RateLimitRequest,
+  store: Store,
+  settings: LimiterSettings,
+): Promise<LimitDecision> {
+  const limits = limitsFor(config, request);
+  const checks: LimitCheck[] = [];
+  const checkIndex: number[] = [];
+  limits.forEach((m, i) => {
+    if (m === undefined || m.rule.unlimited) return;
+    checkIndex[i] = checks.length;
+    checks.push(toCheck(request, m, hitsFor(request, i), settings));
+  });
+  const decision: Decision =
+    checks.length === 0
+      ? { admitted: true, outcomes: [] }
+      : await store.decide(checks, { countDeniedHits: settings.countDeniedHits });
+  const results = limits.map((m, i) => resultFor(m, checks[checkIndex[i]], decision, checkIndex[i], hitsFor(request, i)));
+  const overall: Code = decision.admitted || settings.globalShadowMode ? 'OK' : 'OVER_LIMIT';
+  return { overall, results };
+}
+
+function resultFor(
+  m: MatchedLimit | undefined,
+  check: LimitCheck | undefined,
+  decision: Decision,
+  index: number | undefined,
+  hits: number,
+): DescriptorResult {
+  const base = { hits, wouldDeny: false, consumed: false, usedBefore: 0 };
+  if (m === undefined) return { ...base, kind: 'no_limit', code: 'OK', remaining: 0 };
+  if (check === undefined || index === undefined) {
+    return { ...base, kind: 'unlimited', code: 'OK', rule: m.rule, matched: m, remaining: MAX_UINT32 };
+  }
+  const o = decision.outcomes[index];
+  // Per-rule shadow mode reports OK; global shadow mode keeps the descriptor's OVER_LIMIT and only
+  // turns the overall code to OK (upstream's behaviour).
+  const code: Code = o.allowed || m.rule.shadowMode ? 'OK' : 'OVER_LIMIT';
+  return {
+    kind: 'limited',
+    code,
+    rule: m.rule,
+    matched: m,
+    mode: check.mode,
+    hits,
+    remaining: o.allowed ? Math.min(o.remaining, MAX_UINT32) : 0,
+    resetMs: o.resetMs,
+    retryAfterMs: o.allowed ? undefined : o.retryAfterMs,
+    wouldDeny: !o.allowed,
+    consumed: o.consumed,
+    usedBefore: o.usedBefore,
+  };
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env node
+import { createApp } from './app';
+import { runCheck, usage } from './cli';
+import { loadSettings, SettingsError } from './settings';
+
+// Thin on purpose: settings → app → start → signals.
+async function serve(argv: string[]): Promise<void> {
+  const settings = loadSettings(argv);
+  if (settings.configPaths.length === 0) {
+    throw new SettingsError('no config: pass --config PATH (or set CONFIG_PATH, or RUNTIME_ROOT for the upstream layout)');
+  }
+  const app = createApp(settings);
+  await app.start();
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    app.logger.info({ event: 'signal', signal }, 'shutting down');
+    app.stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        app.logger.error({ err }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGHUP', () => app.reloadConfig());
+}
+
+async function main(): Promise<void> {
+  const args = process.argv.slice(2);
+  const command = args[0] !== undefined && !args[0].startsWith('-') ? args[0] : 'serve';
+  const rest = command === args[0] ? args.slice(1) : args;
+  if (args.includes('--help') || args.includes('-h') || command === 'help') {
+    process.stdout.write(usage());
+    return;
+  }
+  if (command === 'check') {
+    process.exitCode = runCheck(rest, process.stdout, process.stderr);
+    return;
+  }
+  if (command !== 'serve') throw new SettingsError(`unknown command '${command}' (serve, check)`);
+  await serve(rest);
+}
+
+main().catch((err: unknown) => {
+  const message = err instanceof SettingsError ? err.message : String((err as Error)?.stack ?? err);
+  process.stderr.write(`sluice: ${message}\n`);
+  process.exit(2);
+});

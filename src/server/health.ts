@@ -1,0 +1,44 @@
+import { EventEmitter } from 'node:events';
+
+export type ServingStatus = 'SERVING' | 'NOT_SERVING';
+
+// The names the gRPC health service answers for: "" (the whole server) and "ratelimit"
+// (upstream's service name).
+export const HEALTH_SERVICES = ['', 'ratelimit'] as const;
+
+// Serving only when a config is loaded, the store is ready and the process is not shutting down.
+export class HealthState extends EventEmitter {
+  private configLoaded = false;
+  private shuttingDown = false;
+
+  constructor(private readonly storeReady: () => boolean) {
+    super();
+  }
+
+  setConfigLoaded(loaded: boolean): void {
+    this.update(() => (this.configLoaded = loaded));
+  }
+
+  setShuttingDown(): void {
+    this.update(() => (this.shuttingDown = true));
+  }
+
+  get status(): ServingStatus {
+    return this.configLoaded && !this.shuttingDown && this.storeReady() ? 'SERVING' : 'NOT_SERVING';
+  }
+
+  // Reasons for NOT_SERVING, for /healthcheck's body.
+  reasons(): string[] {
+    const out: string[] = [];
+    if (!this.configLoaded) out.push('no config loaded');
+    if (!this.storeReady()) out.push('store not ready');
+    if (this.shuttingDown) out.push('shutting down');
+    return out;
+  }
+
+  private update(change: () => void): void {
+    const before = this.status;
+    change();
+    if (this.status !== before) this.emit('change', this.status);
+  }
+}

@@ -1,0 +1,77 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { DescriptorResult } from '../limiter/limiter';
+
+// Prometheus metrics on an own registry. Per-rule counters follow envoyproxy/ratelimit's
+// Prometheus mapping (ratelimit_service_rate_limit_<stat>{domain,key1,key2}) so existing dashboards
+// carry over; labels come from the rule's stats key, which holds raw request values only where the
+// rule asks for them (detailed_metric, value_to_metric), so label cardinality stays bounded.
+export class Metrics {
+  readonly registry = new Registry();
+  readonly requests: Counter<'transport' | 'code'>;
+  readonly requestDuration: Histogram<'transport'>;
+  readonly configLoads: Counter<'result'>;
+  readonly configLoadTimestamp: Gauge;
+  readonly memoryEvictions: Counter;
+  readonly memoryKeys: Gauge;
+  memoryKeysSource?: () => number;
+  private readonly ruleStats: Record<RuleStat, Counter<'domain' | 'key1' | 'key2'>>;
+
+  constructor(options: { defaultMetrics?: boolean } = {}) {
+    const registers = [this.registry];
+    this.requests = new Counter({ name: 'sluice_requests_total', help: 'ShouldRateLimit calls by transport and result (OK, OVER_LIMIT, INVALID_ARGUMENT, UNAVAILABLE, INTERNAL)', labelNames: ['transport', 'code'], registers });
+    this.requestDuration = new Histogram({ name: 'sluice_request_duration_seconds', help: 'ShouldRateLimit latency', labelNames: ['transport'], buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25], registers });
+    this.configLoads = new Counter({ name: 'sluice_config_loads_total', help: 'Config loads by result (success, error)', labelNames: ['result'], registers });
+    this.configLoadTimestamp = new Gauge({ name: 'sluice_config_last_load_success_timestamp_seconds', help: 'When the running config was loaded', registers });
+    this.memoryEvictions = new Counter({ name: 'sluice_memory_store_evictions_total', help: 'Counters evicted from the memory store because it reached its key cap', registers });
+    const keys = this;
+    this.memoryKeys = new Gauge({
+      name: 'sluice_memory_store_keys',
+      help: 'Counters held by the memory store',
+      registers,
+      collect() {
+        if (keys.memoryKeysSource) this.set(keys.memoryKeysSource());
+      },
+    });
+    const rule = (stat: RuleStat) =>
+      new Counter({ name: `ratelimit_service_rate_limit_${stat}`, help: `Hits per rule: ${stat}`, labelNames: ['domain', 'key1', 'key2'], registers });
+    this.ruleStats = { total_hits: rule('total_hits'), over_limit: rule('over_limit'), near_limit: rule('near_limit'), within_limit: rule('within_limit'), shadow_mode: rule('shadow_mode') };
+    if (options.defaultMetrics) collectDefaultMetrics({ register: this.registry });
+  }
+
+  recordDescriptor(result: DescriptorResult, nearLimitRatio: number): void {
+    if (result.kind !== 'limited' || result.matched === undefined || result.rule === undefined) return;
+    const labels = statLabels(result.matched.statKey);
+    const counts = ruleCounts(result, nearLimitRatio);
+    for (const stat of RULE_STATS) if (counts[stat] > 0) this.ruleStats[stat].inc(labels, counts[stat]);
+  }
+}
+
+const RULE_STATS = ['total_hits', 'over_limit', 'near_limit', 'within_limit', 'shadow_mode'] as const;
+type RuleStat = (typeof RULE_STATS)[number];
+
+function statLabels(statKey: string): { domain: string; key1: string; key2: string } {
+  const [domain = '', key1 = '', key2 = ''] = statKey.split('.');
+  return { domain, key1, key2 };
+}
+
+// Upstream's accounting (base_limiter.go): of a request's hits, those past the limit are over_limit,
+// those past near_limit_ratio × limit but within it are near_limit.
+export function ruleCounts(result: DescriptorResult, nearLimitRatio: number): Record<RuleStat, number> {
+  const counts: Record<RuleStat, number> = { total_hits: result.hits, over_limit: 0, near_limit: 0, within_limit: 0, shadow_mode: 0 };
+  const rule = result.rule;
+  if (rule === undefined) return counts;
+  const capacity = rule.algorithm === 'token_bucket' || rule.algorithm === 'gcra' ? rule.burst : rule.requestsPerUnit;
+  const near = Math.floor(capacity * nearLimitRatio);
+  const before = result.usedBefore;
+  const after = before + result.hits;
+  if (result.wouldDeny) {
+    const over = before >= capacity ? result.hits : Math.max(0, after - capacity);
+    counts.over_limit = Math.round(over);
+    counts.near_limit = before >= capacity ? 0 : Math.max(0, Math.round(capacity - Math.max(near, before)));
+    if (rule.shadowMode) counts.shadow_mode = counts.over_limit;
+  } else {
+    counts.within_limit = result.hits;
+    if (after > near) counts.near_limit = Math.round(before >= near ? result.hits : after - near);
+  }
+  return counts;
+}

@@ -1,0 +1,79 @@
+import type { ConfigHolder } from '../config/holder';
+import { UnavailableError } from '../errors';
+import type { RateLimitRequest as PbRequest, RateLimitResponse as PbResponse } from '../gen/envoy/service/ratelimit/v3/rls';
+import { decideRequest, type LimiterSettings, type LimitDecision } from '../limiter/limiter';
+import type { Logger } from '../logger';
+import type { RateLimitRequest } from '../model';
+import type { Metrics } from '../server/metrics';
+import type { Settings } from '../settings';
+import type { Store } from '../store/store';
+import { requestFromProto } from './request';
+import { responseToProto, type ResponseOptions } from './response';
+
+export interface ServiceDeps {
+  config: ConfigHolder;
+  store: Store;
+  settings: Settings;
+  metrics: Metrics;
+  logger: Logger;
+}
+
+// ShouldRateLimit, independent of the transport (gRPC and HTTP /json both call it).
+export class RateLimitService {
+  private readonly limiter: LimiterSettings;
+  private readonly responseOptions: ResponseOptions;
+
+  constructor(private readonly deps: ServiceDeps) {
+    const s = deps.settings;
+    this.limiter = {
+      keys: { prefix: s.cacheKeyPrefix, hashTag: s.hashTag },
+      countDeniedHits: s.countDeniedHits,
+      globalShadowMode: s.globalShadowMode,
+      globalQuotaMode: s.globalQuotaMode,
+    };
+    this.responseOptions = {
+      headers: s.responseHeadersEnabled ? { limit: s.headerLimit, remaining: s.headerRemaining, reset: s.headerReset } : undefined,
+      retryAfter: s.retryAfterEnabled ? s.headerRetryAfter : undefined,
+      dynamicMetadata: s.responseDynamicMetadata,
+    };
+  }
+
+  // Throws InvalidRequestError for a malformed request and UnavailableError when no decision can
+  // be made; never answers UNKNOWN.
+  async shouldRateLimit(pb: PbRequest): Promise<PbResponse> {
+    const request = requestFromProto(pb);
+    const config = this.deps.config.config;
+    if (config === undefined) throw new UnavailableError('no rate limit configuration loaded');
+    let decision: LimitDecision;
+    try {
+      decision = await decideRequest(config, request, this.deps.store, this.limiter);
+    } catch (err) {
+      throw err instanceof UnavailableError ? err : new UnavailableError('counter store failed', { cause: err });
+    }
+    this.record(request, decision);
+    return responseToProto(request, decision, this.responseOptions);
+  }
+
+  private record(request: RateLimitRequest, decision: LimitDecision): void {
+    const ratio = this.deps.settings.nearLimitRatio;
+    for (const r of decision.results) this.deps.metrics.recordDescriptor(r, ratio);
+    const log = this.deps.logger;
+    if (log.isLevelEnabled('debug')) {
+      log.debug(
+        {
+          event: 'decision',
+          domain: request.domain,
+          overall: decision.overall,
+          descriptors: request.descriptors.map((d, i) => ({
+            entries: d.entries,
+            code: decision.results[i].code,
+            rule: decision.results[i].rule?.fullKey,
+            remaining: decision.results[i].remaining,
+            hits: decision.results[i].hits,
+          })),
+        },
+        'ShouldRateLimit',
+      );
+    }
+  }
+}

@@ -1,0 +1,174 @@
+import path from 'node:path';
+import type { HashTagPolicy } from './keys';
+
+// Every setting sluice reads, from flags and the environment, in one place. Everything else gets
+// a Settings object. Precedence: flag > environment (sluice's name, then upstream's) > default.
+
+export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
+
+export interface Settings {
+  configPaths: string[];
+  host: string;
+  httpPort: number;
+  grpcHost: string;
+  grpcPort: number;
+  logLevel: LogLevel;
+  store: 'memory';
+  memoryMaxKeys: number;
+  countDeniedHits: boolean;
+  globalShadowMode: boolean;
+  globalQuotaMode: boolean;
+  nearLimitRatio: number;
+  mergeDomainConfig: boolean;
+  responseDynamicMetadata: boolean;
+  responseHeadersEnabled: boolean;
+  headerLimit: string;
+  headerRemaining: string;
+  headerReset: string;
+  retryAfterEnabled: boolean;
+  headerRetryAfter: string;
+  cacheKeyPrefix: string;
+  hashTag: HashTagPolicy;
+}
+
+type Kind = 'string' | 'list' | 'port' | 'int' | 'ratio' | 'bool' | 'enum';
+
+interface Spec {
+  key: keyof Settings;
+  flag: string;
+  env: string[];
+  kind: Kind;
+  def: unknown;
+  choices?: readonly string[];
+  help: string;
+}
+
+// The settings table; README's table is written from it.
+export const SETTINGS: readonly Spec[] = [
+  { key: 'configPaths', flag: 'config', env: ['CONFIG_PATH'], kind: 'list', def: [], help: 'config file or directory; repeat the flag or separate with commas' },
+  { key: 'host', flag: 'host', env: ['HOST'], kind: 'string', def: '0.0.0.0', help: 'HTTP listen address' },
+  { key: 'httpPort', flag: 'http-port', env: ['HTTP_PORT', 'PORT'], kind: 'port', def: 8080, help: 'HTTP port (/json, /healthcheck, /rlconfig, /metrics)' },
+  { key: 'grpcHost', flag: 'grpc-host', env: ['GRPC_HOST'], kind: 'string', def: '0.0.0.0', help: 'gRPC listen address' },
+  { key: 'grpcPort', flag: 'grpc-port', env: ['GRPC_PORT'], kind: 'port', def: 8081, help: 'gRPC port (RLS, health, reflection)' },
+  { key: 'logLevel', flag: 'log-level', env: ['LOG_LEVEL'], kind: 'enum', def: 'info', choices: ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'], help: 'log level; request lines are logged at debug' },
+  { key: 'store', flag: 'store', env: ['STORE'], kind: 'enum', def: 'memory', choices: ['memory'], help: 'counter store' },
+  { key: 'memoryMaxKeys', flag: 'memory-max-keys', env: ['MEMORY_MAX_KEYS'], kind: 'int', def: 1_000_000, help: 'most counters the memory store keeps; beyond, least recently written are evicted' },
+  { key: 'countDeniedHits', flag: 'count-denied-hits', env: ['COUNT_DENIED_HITS'], kind: 'bool', def: false, help: "upstream counting: hits are counted even when the answer is OVER_LIMIT" },
+  { key: 'globalShadowMode', flag: 'shadow-mode', env: ['SHADOW_MODE'], kind: 'bool', def: false, help: 'never answer OVER_LIMIT overall (statuses still show it)' },
+  { key: 'globalQuotaMode', flag: 'quota-mode', env: ['QUOTA_MODE'], kind: 'bool', def: false, help: 'treat every rule as quota_mode' },
+  { key: 'nearLimitRatio', flag: 'near-limit-ratio', env: ['NEAR_LIMIT_RATIO'], kind: 'ratio', def: 0.8, help: 'share of a limit above which hits count as near_limit' },
+  { key: 'mergeDomainConfig', flag: 'merge-domain-config', env: ['MERGE_DOMAIN_CONFIG'], kind: 'bool', def: false, help: 'merge files that declare the same domain instead of rejecting them' },
+  { key: 'responseDynamicMetadata', flag: 'response-dynamic-metadata', env: ['RESPONSE_DYNAMIC_METADATA'], kind: 'bool', def: false, help: 'return the request and matched rule metadata as dynamic metadata' },
+  { key: 'responseHeadersEnabled', flag: 'limit-response-headers', env: ['LIMIT_RESPONSE_HEADERS_ENABLED'], kind: 'bool', def: false, help: 'add RateLimit-Limit/-Remaining/-Reset response headers' },
+  { key: 'headerLimit', flag: 'limit-limit-header', env: ['LIMIT_LIMIT_HEADER'], kind: 'string', def: 'RateLimit-Limit', help: 'name of the limit header' },
+  { key: 'headerRemaining', flag: 'limit-remaining-header', env: ['LIMIT_REMAINING_HEADER'], kind: 'string', def: 'RateLimit-Remaining', help: 'name of the remaining header' },
+  { key: 'headerReset', flag: 'limit-reset-header', env: ['LIMIT_RESET_HEADER'], kind: 'string', def: 'RateLimit-Reset', help: 'name of the reset header' },
+  { key: 'retryAfterEnabled', flag: 'retry-after-header', env: ['RETRY_AFTER_HEADER_ENABLED'], kind: 'bool', def: true, help: 'add Retry-After (seconds) to OVER_LIMIT responses' },
+  { key: 'headerRetryAfter', flag: 'retry-after-header-name', env: ['RETRY_AFTER_HEADER'], kind: 'string', def: 'Retry-After', help: 'name of the retry-after header' },
+  { key: 'cacheKeyPrefix', flag: 'cache-key-prefix', env: ['CACHE_KEY_PREFIX'], kind: 'string', def: 'sluice:', help: 'prefix of every counter key' },
+  { key: 'hashTag', flag: 'hash-tag', env: ['KEY_HASH_TAG'], kind: 'enum', def: 'descriptor', choices: ['descriptor', 'domain', 'none'], help: 'which part of a key picks its Redis Cluster slot' },
+];
+
+export class SettingsError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'SettingsError';
+  }
+}
+
+const TRUE = new Set(['1', 'true', 'yes', 'on']);
+const FALSE = new Set(['0', 'false', 'no', 'off', '']);
+
+function parseValue(spec: Spec, raw: string, origin: string): unknown {
+  const bad = (what: string): never => {
+    throw new SettingsError(`${origin}: ${what}, got '${raw}'`);
+  };
+  switch (spec.kind) {
+    case 'string':
+      return raw;
+    case 'list':
+      return raw.split(',').map((s) => s.trim()).filter((s) => s !== '');
+    case 'bool': {
+      const v = raw.toLowerCase();
+      if (TRUE.has(v)) return true;
+      if (FALSE.has(v)) return false;
+      return bad('expected true or false');
+    }
+    case 'port':
+    case 'int': {
+      const n = Number(raw);
+      const max = spec.kind === 'port' ? 65535 : Number.MAX_SAFE_INTEGER;
+      const min = spec.kind === 'port' ? 0 : 1;
+      if (!/^\d+$/.test(raw) || n < min || n > max) return bad(`expected an integer ${min}..${max}`);
+      return n;
+    }
+    case 'ratio': {
+      const n = Number(raw);
+      if (raw.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1) return bad('expected a number between 0 and 1');
+      return n;
+    }
+    case 'enum': {
+      const v = raw.toLowerCase() === 'warning' ? 'warn' : raw.toLowerCase();
+      if (!spec.choices?.includes(v)) return bad(`expected one of ${spec.choices?.join(', ')}`);
+      return v;
+    }
+  }
+}
+
+// The upstream runtime layout: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY (the
+// last defaults to "config"), used when no --config is given.
+function runtimeConfigPath(env: NodeJS.ProcessEnv): string | undefined {
+  const root = env.RUNTIME_ROOT;
+  if (root === undefined || root === '') return undefined;
+  return path.join(root, env.RUNTIME_SUBDIRECTORY ?? '', env.RUNTIME_APPDIRECTORY || 'config');
+}
+
+function splitFlags(argv: readonly string[]): Map<string, string[]> {
+  const flags = new Map<string, string[]>();
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (!arg.startsWith('--')) throw new SettingsError(`unexpected argument '${arg}'`);
+    const eq = arg.indexOf('=');
+    const name = eq < 0 ? arg.slice(2) : arg.slice(2, eq);
+    const spec = SETTINGS.find((s) => s.flag === name);
+    if (spec === undefined) throw new SettingsError(`unknown flag --${name} (see sluice --help)`);
+    let value: string;
+    if (eq >= 0) value = arg.slice(eq + 1);
+    else if (spec.kind === 'bool') value = 'true';
+    else if (i + 1 < argv.length) value = argv[++i];
+    else throw new SettingsError(`flag --${name} needs a value`);
+    flags.set(name, [...(flags.get(name) ?? []), value]);
+  }
+  return flags;
+}
+
+export function loadSettings(argv: readonly string[] = [], env: NodeJS.ProcessEnv = process.env): Settings {
+  const flags = splitFlags(argv);
+  const out: Record<string, unknown> = {};
+  for (const spec of SETTINGS) {
+    const given = flags.get(spec.flag);
+    if (given !== undefined) {
+      const values = given.map((v) => parseValue(spec, v, `--${spec.flag}`));
+      out[spec.key] = spec.kind === 'list' ? values.flat() : values[values.length - 1];
+      continue;
+    }
+    const envName = spec.env.find((name) => env[name] !== undefined);
+    out[spec.key] = envName !== undefined ? parseValue(spec, env[envName] as string, envName) : spec.def;
+  }
+  const settings = out as unknown as Settings;
+  if (settings.configPaths.length === 0) {
+    const runtime = runtimeConfigPath(env);
+    if (runtime !== undefined) settings.configPaths = [runtime];
+  }
+  return settings;
+}
+
+export function defaultSettings(overrides: Partial<Settings> = {}): Settings {
+  return { ...loadSettings([], {}), ...overrides };
+}
+
+// Settings as logged at startup. Nothing here is secret yet; secrets (Redis passwords, TLS keys)
+// must be redacted here when they arrive.
+export function describeSettings(settings: Settings): Record<string, unknown> {
+  return { ...settings };
+}

@@ -1,0 +1,52 @@
+import * as grpc from '@grpc/grpc-js';
+import { createApp, type App, type AppOptions } from '../../src/app';
+import {
+  type RateLimitRequest,
+  type RateLimitResponse,
+  RateLimitServiceClient,
+} from '../../src/gen/envoy/service/ratelimit/v3/rls';
+import { createLogger } from '../../src/logger';
+import { defaultSettings, type Settings } from '../../src/settings';
+
+export interface Running {
+  app: App;
+  grpcPort: number;
+  httpPort: number;
+  client: RateLimitServiceClient;
+  call(request: Partial<RateLimitRequest>): Promise<RateLimitResponse>;
+  http(path: string, init?: RequestInit): Promise<Response>;
+  stop(): Promise<void>;
+}
+
+// Boots the real service in this process on free loopback ports, with a gRPC client to it.
+export async function startApp(overrides: Partial<Settings>, options: AppOptions = {}): Promise<Running> {
+  const settings = defaultSettings({ host: '127.0.0.1', grpcHost: '127.0.0.1', httpPort: 0, grpcPort: 0, logLevel: 'silent', ...overrides });
+  const app = createApp(settings, { logger: createLogger(settings.logLevel), ...options });
+  const { grpcPort, httpPort } = await app.start();
+  const client = new RateLimitServiceClient(`127.0.0.1:${grpcPort}`, grpc.credentials.createInsecure());
+  const call = (request: Partial<RateLimitRequest>) => callRls(client, request);
+  return {
+    app,
+    grpcPort,
+    httpPort,
+    client,
+    call,
+    http: (path, init) => fetch(`http://127.0.0.1:${httpPort}${path}`, init),
+    async stop() {
+      client.close();
+      await app.stop();
+    },
+  };
+}
+
+export function callRls(client: RateLimitServiceClient, request: Partial<RateLimitRequest>): Promise<RateLimitResponse> {
+  const full: RateLimitRequest = { domain: '', descriptors: [], hitsAddend: 0, ...request };
+  return new Promise((resolve, reject) => {
+    client.shouldRateLimit(full, (err, response) => (err ? reject(err) : resolve(response)));
+  });
+}
+
+// Shorthand for a descriptor from key/value pairs.
+export function d(...pairs: [string, string][]): RateLimitRequest['descriptors'][number] {
+  return { entries: pairs.map(([key, value]) => ({ key, value })) };
+}

@@ -1,0 +1,79 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import path from 'node:path';
+import readline from 'node:readline';
+
+export const MAIN = path.resolve(__dirname, '../../src/main.js');
+export const REPO = path.resolve(__dirname, '../../..');
+
+export interface ServerProcess {
+  child: ChildProcess;
+  grpcPort: number;
+  httpPort: number;
+  // Every JSON log line the process printed so far, parsed.
+  logs: Record<string, unknown>[];
+  waitForLog(predicate: (line: Record<string, unknown>) => boolean, timeoutMs?: number): Promise<Record<string, unknown>>;
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+// Runs the real CLI (`node dist/src/main.js serve ...`) and waits for its "listening" log line,
+// which carries the ports it bound.
+export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}): Promise<ServerProcess> {
+  const child = spawn(process.execPath, [MAIN, 'serve', '--grpc-port', '0', '--http-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1', ...args], {
+    cwd: REPO,
+    env: { PATH: process.env.PATH, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const logs: Record<string, unknown>[] = [];
+  const waiters: { predicate: (l: Record<string, unknown>) => boolean; resolve: (l: Record<string, unknown>) => void }[] = [];
+  let stderr = '';
+  child.stderr?.on('data', (c: Buffer) => (stderr += c.toString()));
+  readline.createInterface({ input: child.stdout! }).on('line', (line) => {
+    let parsed: Record<string, unknown>;
+    try {
+      parsed = JSON.parse(line) as Record<string, unknown>;
+    } catch {
+      return;
+    }
+    logs.push(parsed);
+    for (const w of [...waiters]) {
+      if (w.predicate(parsed)) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(parsed);
+      }
+    }
+  });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const waitForLog = (predicate: (l: Record<string, unknown>) => boolean, timeoutMs = 10_000) => {
+    const seen = logs.find(predicate);
+    if (seen) return Promise.resolve(seen);
+    return new Promise<Record<string, unknown>>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no such log line within ${timeoutMs} ms; stderr: ${stderr}`)), timeoutMs);
+      waiters.push({ predicate, resolve: (l) => (clearTimeout(timer), resolve(l)) });
+      exited.then((code) => reject(new Error(`server exited with ${code}; stderr: ${stderr}`)));
+    });
+  };
+  const listening = await waitForLog((l) => l.event === 'listening');
+  return {
+    child,
+    grpcPort: listening.grpcPort as number,
+    httpPort: listening.httpPort as number,
+    logs,
+    waitForLog,
+    async stop(signal: NodeJS.Signals = 'SIGTERM') {
+      if (child.exitCode === null) child.kill(signal);
+      return exited;
+    },
+  };
+}
+
+// Runs the CLI to completion (e.g. `sluice check`).
+export function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [MAIN, ...args], { cwd: REPO, env: { PATH: process.env.PATH, ...env } });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    child.on('exit', (code) => resolve({ code, stdout, stderr }));
+  });
+}
