@@ -1,0 +1,27 @@
+import os from 'node:os';
+import { grpcBench } from './grpc-load';
+import { memoryPerKey, microBench } from './micro';
+
+// `npm run bench`: prints the machine, then each figure with its ratio to a baseline measured in
+// the same run. Nothing here asserts: these machines are shared and noisy.
+async function main(): Promise<void> {
+  const cpus = os.cpus();
+  console.log(`machine: ${cpus.length} x ${cpus[0]?.model ?? 'unknown cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, node ${process.version}`);
+  const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
+  for (const keys of [1, 100_000]) {
+    console.log(`\nin-process decisions, ${fmt(keys)} distinct key(s):`);
+    for (const r of microBench(keys)) console.log(`  ${r.name.padEnd(28)} ${fmt(r.opsPerSec).padStart(12)} ops/s   ${r.ratio.toFixed(3)} x baseline`);
+  }
+  console.log('\nmemory store heap per counter (200,000 counters):');
+  for (const r of memoryPerKey()) console.log(`  ${r.algorithm.padEnd(16)} ${fmt(r.bytesPerKey)} bytes`);
+  const requests = Number(process.env.BENCH_REQUESTS ?? 100_000);
+  console.log(`\ngRPC over loopback, h2load -c 4 -m 32, ${fmt(requests)} requests each:`);
+  const grpc = await grpcBench(requests);
+  if (typeof grpc === 'string') console.log(`  ${grpc}`);
+  else for (const r of grpc) console.log(`  ${r.name.padEnd(44)} ${fmt(r.reqPerSec).padStart(9)} req/s   ${r.ratio.toFixed(3)} x baseline`);
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
