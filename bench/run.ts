@@ -1,6 +1,7 @@
 import os from 'node:os';
 import { grpcBench } from './grpc-load';
 import { memoryPerKey, microBench } from './micro';
+import { redisMemory } from './redis-memory';
 
 // `npm run bench`: prints the machine, then each figure with its ratio to a baseline measured in
 // the same run. Nothing here asserts: these machines are shared and noisy.
@@ -14,6 +15,13 @@ async function main(): Promise<void> {
   }
   console.log('\nmemory store heap per counter (200,000 counters):');
   for (const r of memoryPerKey()) console.log(`  ${r.algorithm.padEnd(16)} ${fmt(r.bytesPerKey)} bytes`);
+  console.log('\nRedis bytes per counter (20,000 counters; key like the sample):');
+  const redis = await redisMemory();
+  if (typeof redis === 'string') console.log(`  ${redis}`);
+  else {
+    console.log(`  sample key: ${redis[0].sampleKey}`);
+    for (const r of redis) console.log(`  ${r.algorithm.padEnd(16)} MEMORY USAGE ${fmt(r.memoryUsage)} bytes, used_memory growth ${fmt(r.usedMemoryPerKey)} bytes/key`);
+  }
   const requests = Number(process.env.BENCH_REQUESTS ?? 100_000);
   console.log(`\ngRPC over loopback, h2load -c 4 -m 32, ${fmt(requests)} requests each:`);
   const grpc = await grpcBench(requests);

@@ -10,6 +10,8 @@ import { createHttpServer, listenHttp } from './server/http';
 import { Metrics } from './server/metrics';
 import { describeSettings, type Settings } from './settings';
 import { MemoryStore } from './store/memory';
+import { RedisStore } from './store/redis';
+import { createRedisClients } from './store/redis-connection';
 import type { Store } from './store/store';
 
 export interface AppOptions {
@@ -32,6 +34,11 @@ export interface App {
 }
 
 function createStore(settings: Settings, metrics: Metrics, logger: Logger, clock?: Clock): Store {
+  if (settings.store === 'redis') return new RedisStore(createRedisClients(settings, logger));
+  return createMemoryStore(settings, metrics, logger, clock);
+}
+
+function createMemoryStore(settings: Settings, metrics: Metrics, logger: Logger, clock?: Clock): Store {
   let lastLog = 0;
   let evictedSinceLog = 0;
   const store = new MemoryStore({
@@ -61,6 +68,8 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
   const metrics = new Metrics({ defaultMetrics: true });
   const store = options.store ?? createStore(settings, metrics, logger, options.clock);
   const health = new HealthState(() => store.ready());
+  store.onReadyChange?.(() => health.refresh());
+  health.on('change', (status: string) => logger.info({ event: 'health', status, reasons: health.reasons() }, `health: ${status}`));
   const config = new ConfigHolder(settings.configPaths, {
     mergeDomains: settings.mergeDomainConfig,
     logger,

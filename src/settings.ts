@@ -1,4 +1,5 @@
 import path from 'node:path';
+import { parseDuration } from './config/duration';
 import type { HashTagPolicy } from './keys';
 
 // Every setting sluice reads, from flags and the environment, in one place. Everything else gets
@@ -13,8 +14,20 @@ export interface Settings {
   grpcHost: string;
   grpcPort: number;
   logLevel: LogLevel;
-  store: 'memory';
+  store: 'memory' | 'redis';
   memoryMaxKeys: number;
+  redisUrl: string;
+  redisType: 'single' | 'sentinel' | 'cluster';
+  redisAuth: string;
+  redisSentinelAuth: string;
+  redisTls: boolean;
+  redisTlsCaCert: string;
+  redisTlsClientCert: string;
+  redisTlsClientKey: string;
+  redisTlsSkipHostnameVerification: boolean;
+  redisPoolSize: number;
+  redisTimeoutMs: number;
+  redisConnectTimeoutMs: number;
   countDeniedHits: boolean;
   globalShadowMode: boolean;
   globalQuotaMode: boolean;
@@ -31,7 +44,7 @@ export interface Settings {
   hashTag: HashTagPolicy;
 }
 
-type Kind = 'string' | 'list' | 'port' | 'int' | 'ratio' | 'bool' | 'enum';
+type Kind = 'string' | 'list' | 'port' | 'int' | 'ratio' | 'bool' | 'enum' | 'duration';
 
 interface Spec {
   key: keyof Settings;
@@ -51,8 +64,20 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'grpcHost', flag: 'grpc-host', env: ['GRPC_HOST'], kind: 'string', def: '0.0.0.0', help: 'gRPC listen address' },
   { key: 'grpcPort', flag: 'grpc-port', env: ['GRPC_PORT'], kind: 'port', def: 8081, help: 'gRPC port (RLS, health, reflection)' },
   { key: 'logLevel', flag: 'log-level', env: ['LOG_LEVEL'], kind: 'enum', def: 'info', choices: ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'], help: 'log level; request lines are logged at debug' },
-  { key: 'store', flag: 'store', env: ['STORE'], kind: 'enum', def: 'memory', choices: ['memory'], help: 'counter store' },
+  { key: 'store', flag: 'store', env: ['STORE', 'BACKEND_TYPE'], kind: 'enum', def: 'memory', choices: ['memory', 'redis'], help: 'counter store: memory (one process) or redis (shared by replicas)' },
   { key: 'memoryMaxKeys', flag: 'memory-max-keys', env: ['MEMORY_MAX_KEYS'], kind: 'int', def: 1_000_000, help: 'most counters the memory store keeps; beyond, least recently written are evicted' },
+  { key: 'redisUrl', flag: 'redis-url', env: ['REDIS_URL'], kind: 'string', def: 'redis://127.0.0.1:6379', help: 'single: redis[s]://[user:pass@]host:port[/db], host:port or a unix socket path; sentinel: master,host:port[,host:port]; cluster: host:port[,host:port]' },
+  { key: 'redisType', flag: 'redis-type', env: ['REDIS_TYPE'], kind: 'enum', def: 'single', choices: ['single', 'sentinel', 'cluster'], help: 'Redis deployment' },
+  { key: 'redisAuth', flag: 'redis-auth', env: ['REDIS_AUTH'], kind: 'string', def: '', help: 'password, or user:password (ACL); secret, never logged' },
+  { key: 'redisSentinelAuth', flag: 'redis-sentinel-auth', env: ['REDIS_SENTINEL_AUTH'], kind: 'string', def: '', help: 'password of the sentinels; secret' },
+  { key: 'redisTls', flag: 'redis-tls', env: ['REDIS_TLS'], kind: 'bool', def: false, help: 'TLS to Redis (implied by rediss://)' },
+  { key: 'redisTlsCaCert', flag: 'redis-tls-cacert', env: ['REDIS_TLS_CACERT'], kind: 'string', def: '', help: 'CA certificate file for Redis TLS' },
+  { key: 'redisTlsClientCert', flag: 'redis-tls-client-cert', env: ['REDIS_TLS_CLIENT_CERT'], kind: 'string', def: '', help: 'client certificate file (mutual TLS)' },
+  { key: 'redisTlsClientKey', flag: 'redis-tls-client-key', env: ['REDIS_TLS_CLIENT_KEY'], kind: 'string', def: '', help: 'client key file (mutual TLS)' },
+  { key: 'redisTlsSkipHostnameVerification', flag: 'redis-tls-skip-hostname-verification', env: ['REDIS_TLS_SKIP_HOSTNAME_VERIFICATION'], kind: 'bool', def: false, help: 'accept a certificate for another host name' },
+  { key: 'redisPoolSize', flag: 'redis-pool-size', env: ['REDIS_POOL_SIZE'], kind: 'int', def: 1, help: 'connections per Redis (auto-pipelined; more only help when Redis latency dominates)' },
+  { key: 'redisTimeoutMs', flag: 'redis-timeout', env: ['REDIS_TIMEOUT'], kind: 'duration', def: 1000, help: 'command timeout (e.g. 250ms, 1s)' },
+  { key: 'redisConnectTimeoutMs', flag: 'redis-connect-timeout', env: ['REDIS_CONNECT_TIMEOUT'], kind: 'duration', def: 2000, help: 'connect timeout; sluice keeps retrying, health says NOT_SERVING meanwhile' },
   { key: 'countDeniedHits', flag: 'count-denied-hits', env: ['COUNT_DENIED_HITS'], kind: 'bool', def: false, help: "upstream counting: hits are counted even when the answer is OVER_LIMIT" },
   { key: 'globalShadowMode', flag: 'shadow-mode', env: ['SHADOW_MODE'], kind: 'bool', def: false, help: 'never answer OVER_LIMIT overall (statuses still show it)' },
   { key: 'globalQuotaMode', flag: 'quota-mode', env: ['QUOTA_MODE'], kind: 'bool', def: false, help: 'treat every rule as quota_mode' },
@@ -106,6 +131,14 @@ function parseValue(spec: Spec, raw: string, origin: string): unknown {
       const n = Number(raw);
       if (raw.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1) return bad('expected a number between 0 and 1');
       return n;
+    }
+    case 'duration': {
+      if (/^\d+$/.test(raw)) return Number(raw);
+      try {
+        return parseDuration(raw);
+      } catch (err) {
+        return bad((err as Error).message);
+      }
     }
     case 'enum': {
       const v = raw.toLowerCase() === 'warning' ? 'warn' : raw.toLowerCase();
@@ -167,8 +200,12 @@ export function defaultSettings(overrides: Partial<Settings> = {}): Settings {
   return { ...loadSettings([], {}), ...overrides };
 }
 
-// Settings as logged at startup. Nothing here is secret yet; secrets (Redis passwords, TLS keys)
-// must be redacted here when they arrive.
+const SECRET: readonly (keyof Settings)[] = ['redisAuth', 'redisSentinelAuth'];
+
+// Settings as logged at startup, with secrets (and a password inside REDIS_URL) redacted.
 export function describeSettings(settings: Settings): Record<string, unknown> {
-  return { ...settings };
+  const out: Record<string, unknown> = { ...settings };
+  for (const key of SECRET) if (out[key] !== '') out[key] = '[redacted]';
+  out.redisUrl = settings.redisUrl.replace(/(\/\/[^:/@]*:)[^@]*@/g, '$1[redacted]@');
+  return out;
 }

@@ -23,6 +23,11 @@ export class HealthState extends EventEmitter {
     this.update(() => (this.shuttingDown = true));
   }
 
+  // Re-evaluates after the store's readiness may have changed.
+  refresh(): void {
+    this.update(() => undefined);
+  }
+
   get status(): ServingStatus {
     return this.configLoaded && !this.shuttingDown && this.storeReady() ? 'SERVING' : 'NOT_SERVING';
   }
@@ -36,9 +41,14 @@ export class HealthState extends EventEmitter {
     return out;
   }
 
+  private lastStatus: ServingStatus = 'NOT_SERVING';
+
   private update(change: () => void): void {
-    const before = this.status;
     change();
-    if (this.status !== before) this.emit('change', this.status);
+    const now = this.status;
+    if (now !== this.lastStatus) {
+      this.lastStatus = now;
+      this.emit('change', now);
+    }
   }
 }

@@ -41,5 +41,7 @@ export interface Store {
   decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision>;
   // Reachable and able to decide (health checks).
   ready(): boolean;
+  // Called whenever ready() may have changed (connections come and go).
+  onReadyChange?(listener: () => void): void;
   close(): Promise<void>;
 }

@@ -1,0 +1,53 @@
+import { Redis } from 'ioredis';
+import { counterKey } from '../src/keys';
+import type { Algorithm } from '../src/model';
+import { RedisStore } from '../src/store/redis';
+import { startRedis } from '../test/support/redis';
+
+// Bytes per counter in Redis, two ways: MEMORY USAGE of sample keys (what the key itself costs)
+// and the growth of used_memory over many keys (including the keyspace's own overhead).
+// Each counter takes half its budget so that bucket keys (which expire once refilled) stay put.
+const ALGORITHMS: Algorithm[] = ['fixed_window', 'sliding_window', 'token_bucket', 'gcra'];
+
+async function usedMemory(client: Redis): Promise<number> {
+  const info = await client.info('memory');
+  return Number(/used_memory:(\d+)/.exec(info)?.[1]);
+}
+
+export async function redisMemory(count = 20_000): Promise<{ algorithm: Algorithm; memoryUsage: number; usedMemoryPerKey: number; sampleKey: string }[] | string> {
+  let node;
+  try {
+    node = await startRedis();
+  } catch (err) {
+    return `skipped: ${(err as Error).message}`;
+  }
+  const client = new Redis({ port: node.port, host: '127.0.0.1' });
+  const store = new RedisStore({ clients: [client], cluster: false });
+  const rows = [];
+  try {
+    for (const algorithm of ALGORITHMS) {
+      await client.flushall();
+      const before = await usedMemory(client);
+      const keys: string[] = [];
+      for (let i = 0; i < count; i += 500) {
+        const batch = Array.from({ length: 500 }, (_, j) => {
+          const key = counterKey(
+            { domain: 'edge', entries: [{ key: 'tenant', value: `cust_${i + j}` }, { key: 'route', value: '/v1/payments/checkout' }], algorithm, periodMs: 60_000 },
+            { prefix: 'sluice:', hashTag: 'descriptor' },
+          );
+          keys.push(key);
+          return store.decide([{ key, algorithm, limit: 1000, periodMs: 60_000, burst: 1000, hits: 500, mode: 'enforce' }], { countDeniedHits: false });
+        });
+        await Promise.all(batch);
+      }
+      const after = await usedMemory(client);
+      let sampled = 0;
+      for (const key of keys.slice(0, 100)) sampled += Number(await client.memory('USAGE', key));
+      rows.push({ algorithm, memoryUsage: sampled / 100, usedMemoryPerKey: (after - before) / count, sampleKey: keys[0] });
+    }
+    return rows;
+  } finally {
+    await store.close();
+    await node.stop();
+  }
+}

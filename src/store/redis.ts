@@ -1,0 +1,161 @@
+import calculateSlot from 'cluster-key-slot';
+import type { Cluster, Redis } from 'ioredis';
+import type { Clock } from '../clock';
+import { admits } from '../limiter/policy';
+import { loadScripts } from './scripts';
+import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from './store';
+
+export type RedisClient = Redis | Cluster;
+
+interface ScriptClient {
+  sluiceDecide(numKeys: number, ...args: (string | number)[]): Promise<(string | number)[]>;
+  sluiceRefund(numKeys: number, ...args: (string | number)[]): Promise<number>;
+}
+
+interface GroupResult {
+  checks: number[];
+  admitted: boolean;
+  now: string;
+  outcomes: (LimitOutcome & { remainingBefore: number; resetBefore: number })[];
+}
+
+const FIELDS = 8;
+
+function num(s: string | number): number {
+  return s === 'inf' ? Infinity : Number(s);
+}
+
+export interface RedisStoreOptions {
+  // Round-robin over these (REDIS_POOL_SIZE); one Cluster client in cluster mode.
+  clients: RedisClient[];
+  cluster: boolean;
+  // Tests only: pass this clock's time to the scripts instead of Redis' TIME.
+  explicitClock?: Clock;
+}
+
+// Counters in Redis. One script call decides a whole request; on Redis Cluster one call per hash
+// slot group, in parallel, and a compensating refund when one group denies after others consumed.
+export class RedisStore implements Store {
+  readonly kind: string;
+  private next = 0;
+
+  constructor(private readonly options: RedisStoreOptions) {
+    this.kind = options.cluster ? 'redis-cluster' : 'redis';
+    const scripts = loadScripts();
+    for (const client of options.clients) {
+      client.defineCommand('sluiceDecide', { lua: scripts.decide });
+      client.defineCommand('sluiceRefund', { lua: scripts.refund });
+    }
+  }
+
+  ready(): boolean {
+    return this.options.clients.some((c) => c.status === 'ready');
+  }
+
+  onReadyChange(listener: () => void): void {
+    for (const c of this.options.clients) for (const event of ['ready', 'close', 'end', 'error']) c.on(event, listener);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.options.clients.map((c) => c.quit().catch(() => c.disconnect())));
+  }
+
+  async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    const groups = this.groups(checks);
+    if (groups.length === 1) {
+      const g = await this.decideGroup(checks, groups[0], options, 'request');
+      return { admitted: g.admitted, outcomes: g.outcomes.map(strip) };
+    }
+    const settled = await Promise.allSettled(groups.map((g) => this.decideGroup(checks, g, options, 'group')));
+    const done = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+    const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+    if (failed !== undefined) {
+      if (!options.countDeniedHits) await this.refund(checks, done).catch(() => undefined);
+      throw failed.reason;
+    }
+    return this.combine(checks, done, options);
+  }
+
+  // Checks grouped by the node that must run them: everything together on a single Redis; by
+  // hash slot on a cluster (a script may only touch keys of one slot).
+  private groups(checks: readonly LimitCheck[]): number[][] {
+    if (!this.options.cluster) return [checks.map((_, i) => i)];
+    const bySlot = new Map<number, number[]>();
+    checks.forEach((c, i) => {
+      const slot = calculateSlot(c.key);
+      bySlot.set(slot, [...(bySlot.get(slot) ?? []), i]);
+    });
+    return [...bySlot.values()];
+  }
+
+  private client(): ScriptClient {
+    const clients = this.options.clients;
+    this.next = (this.next + 1) % clients.length;
+    return clients[this.next] as unknown as ScriptClient;
+  }
+
+  private time(): string {
+    return this.options.explicitClock === undefined ? '' : String(this.options.explicitClock.now());
+  }
+
+  private async decideGroup(all: readonly LimitCheck[], idx: number[], options: DecideOptions, scope: 'request' | 'group'): Promise<GroupResult> {
+    const checks = idx.map((i) => all[i]);
+    const args: (string | number)[] = [options.countDeniedHits ? '1' : '0', this.time(), scope];
+    for (const c of checks) args.push(c.algorithm, c.limit, c.periodMs, c.burst, c.hits, c.mode);
+    const reply = await this.client().sluiceDecide(checks.length, ...checks.map((c) => c.key), ...args);
+    const outcomes = checks.map((_, j) => {
+      const f = reply.slice(2 + j * FIELDS, 2 + (j + 1) * FIELDS);
+      return {
+        allowed: f[0] === 1,
+        consumed: f[1] === 1,
+        remaining: num(f[2]),
+        resetMs: num(f[3]),
+        retryAfterMs: num(f[4]),
+        usedBefore: num(f[5]),
+        remainingBefore: num(f[6]),
+        resetBefore: num(f[7]),
+      };
+    });
+    return { checks: idx, admitted: reply[0] === 1, now: String(reply[1]), outcomes };
+  }
+
+  private async combine(all: readonly LimitCheck[], groups: GroupResult[], options: DecideOptions): Promise<Decision> {
+    const outcomes: (LimitOutcome & { remainingBefore: number; resetBefore: number })[] = [];
+    for (const g of groups) g.checks.forEach((i, j) => (outcomes[i] = g.outcomes[j]));
+    const admitted = admits(all.map((c) => c.mode), outcomes.map((o) => o.allowed));
+    if (!admitted && !options.countDeniedHits) {
+      await this.refund(all, groups);
+      for (const o of outcomes) {
+        if (!o.consumed) continue;
+        o.consumed = false;
+        o.remaining = o.remainingBefore;
+        o.resetMs = o.resetBefore;
+      }
+    }
+    return { admitted, outcomes: outcomes.map(strip) };
+  }
+
+  // Gives back what groups consumed for a request that is denied after all.
+  private async refund(all: readonly LimitCheck[], groups: GroupResult[]): Promise<void> {
+    await Promise.all(
+      groups.map(async (g) => {
+        const consumed = g.checks.filter((_, j) => g.outcomes[j].consumed).map((i) => all[i]);
+        if (consumed.length === 0) return;
+        const args: (string | number)[] = [g.now, this.time()];
+        for (const c of consumed) args.push(c.algorithm, c.limit, c.periodMs, c.burst, c.hits);
+        await this.client().sluiceRefund(consumed.length, ...consumed.map((c) => c.key), ...args);
+      }),
+    );
+  }
+}
+
+function strip(o: LimitOutcome & { remainingBefore: number; resetBefore: number }): LimitOutcome {
+  return {
+    allowed: o.allowed,
+    consumed: o.consumed,
+    remaining: o.remaining,
+    resetMs: o.resetMs,
+    retryAfterMs: o.retryAfterMs,
+    usedBefore: o.usedBefore,
+  };
+}
