@@ -7,9 +7,12 @@ import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from '.
 
 export type RedisClient = Redis | Cluster;
 
+type ScriptName = 'sluiceDecide' | 'sluiceRefund';
+
 interface ScriptClient {
-  sluiceDecide(numKeys: number, ...args: (string | number)[]): Promise<(string | number)[]>;
-  sluiceRefund(numKeys: number, ...args: (string | number)[]): Promise<number>;
+  sluiceDecide(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
+  sluiceRefund(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
+  eval(script: string, numKeys: number, ...args: (string | number)[]): Promise<unknown>;
 }
 
 interface GroupResult {
@@ -38,10 +41,12 @@ export interface RedisStoreOptions {
 export class RedisStore implements Store {
   readonly kind: string;
   private next = 0;
+  private readonly scripts: Record<ScriptName, string>;
 
   constructor(private readonly options: RedisStoreOptions) {
     this.kind = options.cluster ? 'redis-cluster' : 'redis';
     const scripts = loadScripts();
+    this.scripts = { sluiceDecide: scripts.decide, sluiceRefund: scripts.refund };
     for (const client of options.clients) {
       client.defineCommand('sluiceDecide', { lua: scripts.decide });
       client.defineCommand('sluiceRefund', { lua: scripts.refund });
@@ -94,6 +99,18 @@ export class RedisStore implements Store {
     return clients[this.next] as unknown as ScriptClient;
   }
 
+  // EVALSHA, reloading on NOSCRIPT. ioredis re-sends once, but a second flush (or failover) can
+  // land between its reload and the retry; then EVAL with the whole script, which cannot miss.
+  private async run(name: ScriptName, numKeys: number, args: (string | number)[]): Promise<unknown> {
+    const client = this.client();
+    try {
+      return await client[name](numKeys, ...args);
+    } catch (err) {
+      if (!(err instanceof Error) || !err.message.includes('NOSCRIPT')) throw err;
+      return client.eval(this.scripts[name], numKeys, ...args);
+    }
+  }
+
   private time(): string {
     return this.options.explicitClock === undefined ? '' : String(this.options.explicitClock.now());
   }
@@ -102,7 +119,7 @@ export class RedisStore implements Store {
     const checks = idx.map((i) => all[i]);
     const args: (string | number)[] = [options.countDeniedHits ? '1' : '0', this.time(), scope];
     for (const c of checks) args.push(c.algorithm, c.limit, c.periodMs, c.burst, c.hits, c.mode);
-    const reply = await this.client().sluiceDecide(checks.length, ...checks.map((c) => c.key), ...args);
+    const reply = (await this.run('sluiceDecide', checks.length, [...checks.map((c) => c.key), ...args])) as (string | number)[];
     const outcomes = checks.map((_, j) => {
       const f = reply.slice(2 + j * FIELDS, 2 + (j + 1) * FIELDS);
       return {
@@ -143,7 +160,7 @@ export class RedisStore implements Store {
         if (consumed.length === 0) return;
         const args: (string | number)[] = [g.now, this.time()];
         for (const c of consumed) args.push(c.algorithm, c.limit, c.periodMs, c.burst, c.hits);
-        await this.client().sluiceRefund(consumed.length, ...consumed.map((c) => c.key), ...args);
+        await this.run('sluiceRefund', consumed.length, [...consumed.map((c) => c.key), ...args]);
       }),
     );
   }
