@@ -1,3 +1,5 @@
+import { createHmac } from 'node:crypto';
+import { aggregateIp, type IpPrefix } from './ip';
 import type { Algorithm } from './model';
 
 // Counter keys: <prefix>{<hash tag>}<rest>. Pure functions, no I/O.
@@ -13,9 +15,19 @@ import type { Algorithm } from './model';
 // slot; 'none' hashes the whole key.
 export type HashTagPolicy = 'descriptor' | 'domain' | 'none';
 
+// Values longer than maxLength, and every value of the listed keys, are replaced by a truncated
+// HMAC-SHA256 under `secret`: bounded key size, and no raw client data (addresses, tokens) in
+// Redis. 128 bits of the MAC are kept, so distinct values do not share a counter in practice.
+export interface ValueHashing {
+  secret: string;
+  maxLength: number;
+  keys: ReadonlySet<string>;
+}
+
 export interface KeyOptions {
   prefix: string;
   hashTag: HashTagPolicy;
+  hashing?: ValueHashing;
 }
 
 export interface KeyParts {
@@ -23,7 +35,12 @@ export interface KeyParts {
   entries: readonly { key: string; value: string }[];
   algorithm: Algorithm;
   periodMs: number;
+  // From the rule's `ip_prefix`: aggregate these entries' addresses.
+  ipPrefix?: IpPrefix;
 }
+
+// The entry keys whose values Envoy fills with the client address.
+export const ADDRESS_KEYS: ReadonlySet<string> = new Set(['remote_address', 'masked_remote_address']);
 
 const ESCAPES: Record<string, string> = { '%': '%25', '|': '%7C', '=': '%3D', '{': '%7B', '}': '%7D' };
 
@@ -31,13 +48,23 @@ export function escapeKeyPart(s: string): string {
   return /[%|={}]/.test(s) ? s.replace(/[%|={}]/g, (c) => ESCAPES[c]) : s;
 }
 
-function entryPart(e: { key: string; value: string }): string {
-  return `${escapeKeyPart(e.key)}=${escapeKeyPart(e.value)}`;
+// A hashed value is written as "%h<mac>": an escaped real value never contains a bare '%h', so
+// hashed and plain values cannot collide either.
+function valuePart(key: string, value: string, hashing: ValueHashing | undefined): string {
+  if (hashing !== undefined && (value.length > hashing.maxLength || hashing.keys.has(key))) {
+    return `%h${createHmac('sha256', hashing.secret).update(value).digest('base64url').slice(0, 22)}`;
+  }
+  return escapeKeyPart(value);
+}
+
+function entryPart(e: { key: string; value: string }, parts: KeyParts, options: KeyOptions): string {
+  const value = parts.ipPrefix !== undefined && ADDRESS_KEYS.has(e.key) ? aggregateIp(e.value, parts.ipPrefix) : e.value;
+  return `${escapeKeyPart(e.key)}=${valuePart(e.key, value, options.hashing)}`;
 }
 
 export function counterKey(parts: KeyParts, options: KeyOptions): string {
   const domain = escapeKeyPart(parts.domain);
-  const entries = parts.entries.map(entryPart);
+  const entries = parts.entries.map((e) => entryPart(e, parts, options));
   const suffix = `|${parts.algorithm}:${parts.periodMs}`;
   switch (options.hashTag) {
     case 'domain':

@@ -42,6 +42,9 @@ export interface Settings {
   headerRetryAfter: string;
   cacheKeyPrefix: string;
   hashTag: HashTagPolicy;
+  keyHashSecret: string;
+  keyHashMaxValueLength: number;
+  keyHashKeys: string[];
 }
 
 type Kind = 'string' | 'list' | 'port' | 'int' | 'ratio' | 'bool' | 'enum' | 'duration';
@@ -91,6 +94,9 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'retryAfterEnabled', flag: 'retry-after-header', env: ['RETRY_AFTER_HEADER_ENABLED'], kind: 'bool', def: true, help: 'add Retry-After (seconds) to OVER_LIMIT responses' },
   { key: 'headerRetryAfter', flag: 'retry-after-header-name', env: ['RETRY_AFTER_HEADER'], kind: 'string', def: 'Retry-After', help: 'name of the retry-after header' },
   { key: 'cacheKeyPrefix', flag: 'cache-key-prefix', env: ['CACHE_KEY_PREFIX'], kind: 'string', def: 'sluice:', help: 'prefix of every counter key' },
+  { key: 'keyHashSecret', flag: 'key-hash-secret', env: ['KEY_HASH_SECRET'], kind: 'string', def: '', help: 'HMAC secret for hashed key values; secret, never logged' },
+  { key: 'keyHashMaxValueLength', flag: 'key-hash-max-value-length', env: ['KEY_HASH_MAX_VALUE_LENGTH'], kind: 'int', def: 128, help: 'descriptor values longer than this are hashed in counter keys' },
+  { key: 'keyHashKeys', flag: 'key-hash-keys', env: ['KEY_HASH_KEYS'], kind: 'list', def: [], help: 'entry keys whose values are always hashed in counter keys (e.g. remote_address)' },
   { key: 'hashTag', flag: 'hash-tag', env: ['KEY_HASH_TAG'], kind: 'enum', def: 'descriptor', choices: ['descriptor', 'domain', 'none'], help: 'which part of a key picks its Redis Cluster slot' },
 ];
 
@@ -200,7 +206,7 @@ export function defaultSettings(overrides: Partial<Settings> = {}): Settings {
   return { ...loadSettings([], {}), ...overrides };
 }
 
-const SECRET: readonly (keyof Settings)[] = ['redisAuth', 'redisSentinelAuth'];
+const SECRET: readonly (keyof Settings)[] = ['redisAuth', 'redisSentinelAuth', 'keyHashSecret'];
 
 // Settings as logged at startup, with secrets (and a password inside REDIS_URL) redacted.
 export function describeSettings(settings: Settings): Record<string, unknown> {

@@ -21,7 +21,8 @@ interface Timing {
 }
 
 const BURST_ALGORITHMS: readonly Algorithm[] = ['token_bucket', 'gcra'];
-const EXTENSION_KEYS = ['algorithm', 'burst', 'unit_multiplier', 'window'] as const;
+const EXTENSION_KEYS = ['algorithm', 'burst', 'unit_multiplier', 'window', 'ip_prefix'] as const;
+const DEFAULT_IP_PREFIX = { v4: 24, v6: 64 };
 
 function newNode(valueToMetric = false, shareThreshold = false): DescriptorNode {
   return { children: new Map(), valueToMetric, shareThreshold };
@@ -99,6 +100,7 @@ class FileCompiler {
     this.checkReplaces(rl);
     const timing = rl.unlimited ? this.unlimitedTiming(rl) : this.timing(rl);
     const algorithm = this.algorithm(rl);
+    const ipPrefix = this.ipPrefix(rl);
     if (timing === undefined || algorithm === undefined || this.errors.length > before) return undefined;
     return {
       fullKey,
@@ -109,6 +111,7 @@ class FileCompiler {
       algorithm,
       periodMs: timing.periodMs,
       burst: rl.burst ?? rl.requestsPerUnit,
+      ipPrefix,
       shadowMode: d.shadowMode,
       quotaMode: d.quotaMode,
       detailedMetric: d.detailedMetric,
@@ -116,6 +119,14 @@ class FileCompiler {
       metadata: d.metadata,
       source: { file: this.file, line: d.line },
     };
+  }
+
+  private ipPrefix(rl: RawRateLimit): { v4: number; v6: number } | undefined {
+    if (rl.ipPrefix === undefined) return undefined;
+    const out = { v4: rl.ipPrefix.v4 ?? DEFAULT_IP_PREFIX.v4, v6: rl.ipPrefix.v6 ?? DEFAULT_IP_PREFIX.v6 };
+    if (out.v4 > 32) this.error(`'ip_prefix' v4 must be 0..32, got ${out.v4}`, rl.lines.ip_prefix);
+    if (out.v6 > 128) this.error(`'ip_prefix' v6 must be 0..128, got ${out.v6}`, rl.lines.ip_prefix);
+    return out;
   }
 
   private checkReplaces(rl: RawRateLimit): void {

@@ -22,6 +22,8 @@ export interface RawRateLimit {
   burst?: number;
   unitMultiplier?: number;
   window?: string;
+  // `ip_prefix: true` (IPv4 /24, IPv6 /64) or `{v4: N, v6: M}`; range-checked in compile.ts.
+  ipPrefix?: { v4?: number; v6?: number };
   // The line of each key present, so errors about a key point at it.
   lines: Record<string, number | undefined>;
 }
@@ -61,7 +63,9 @@ const DESCRIPTOR_KEYS = new Set([
 ]);
 const RATE_LIMIT_KEYS = new Set([
   'unit', 'requests_per_unit', 'unlimited', 'name', 'replaces', 'algorithm', 'burst', 'unit_multiplier', 'window',
+  'ip_prefix',
 ]);
+const IP_PREFIX_KEYS = new Set(['v4', 'v6']);
 const REPLACES_KEYS = new Set(['name']);
 
 const KEY_HOMES: [Set<string>, string][] = [
@@ -229,8 +233,21 @@ function readRateLimit(r: Reader, node: unknown, line: number | undefined): RawR
   // Unlike upstream keys, an empty extension key means "not set" rather than ''.
   if (f.get('algorithm')?.node) rl.algorithm = r.str(f, 'algorithm');
   if (f.get('window')?.node) rl.window = r.str(f, 'window');
+  if (f.get('ip_prefix')?.node) rl.ipPrefix = readIpPrefix(r, f);
   rl.broken = r.errors.length > before;
   return rl;
+}
+
+function readIpPrefix(r: Reader, f: Fields): RawRateLimit['ipPrefix'] {
+  const field = f.get('ip_prefix');
+  if (field === undefined || field.node === null) return undefined;
+  if (isScalar(field.node) && typeof field.node.value === 'boolean') return field.node.value ? {} : undefined;
+  if (!isMap(field.node)) {
+    r.error(`'ip_prefix' must be true or a map {v4: 0..32, v6: 0..128}, got ${r.describe(field.node)}`, field.line);
+    return undefined;
+  }
+  const pf = r.fields(field.node, IP_PREFIX_KEYS);
+  return { v4: r.int(pf, 'v4', 0, 'an integer from 0 to 32'), v6: r.int(pf, 'v6', 0, 'an integer from 0 to 128') };
 }
 
 function readReplaces(r: Reader, f: Fields): RawReplace[] {

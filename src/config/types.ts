@@ -23,6 +23,9 @@ export interface RateLimitRule {
   periodMs: number;
   // Token bucket capacity / GCRA burst tolerance in requests. Defaults to requestsPerUnit.
   burst: number;
+  // Aggregate remote_address / masked_remote_address values to these prefix lengths in the
+  // counter key, so one counter covers a client network (`ip_prefix` in rate_limit).
+  ipPrefix?: { v4: number; v6: number };
   shadowMode: boolean;
   quotaMode: boolean;
   detailedMetric: boolean;

@@ -64,7 +64,7 @@ function modeOf(rule: RateLimitRule, settings: LimiterSettings): LimitMode {
 function toCheck(request: RateLimitRequest, m: MatchedLimit, hits: number, settings: LimiterSettings): LimitCheck {
   const rule = m.rule;
   const key = counterKey(
-    { domain: request.domain, entries: m.counterEntries, algorithm: rule.algorithm, periodMs: rule.periodMs },
+    { domain: request.domain, entries: m.counterEntries, algorithm: rule.algorithm, periodMs: rule.periodMs, ipPrefix: rule.ipPrefix },
     settings.keys,
   );
   return {

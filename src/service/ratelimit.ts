@@ -26,7 +26,11 @@ export class RateLimitService {
   constructor(private readonly deps: ServiceDeps) {
     const s = deps.settings;
     this.limiter = {
-      keys: { prefix: s.cacheKeyPrefix, hashTag: s.hashTag },
+      keys: {
+        prefix: s.cacheKeyPrefix,
+        hashTag: s.hashTag,
+        hashing: { secret: s.keyHashSecret, maxLength: s.keyHashMaxValueLength, keys: new Set(s.keyHashKeys) },
+      },
       countDeniedHits: s.countDeniedHits,
       globalShadowMode: s.globalShadowMode,
       globalQuotaMode: s.globalQuotaMode,
