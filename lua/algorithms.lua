@@ -57,6 +57,15 @@ function fixed.refund(state, s, hits, decided_at, now)
   return state
 end
 
+-- absorb(state, s, hits, at, now): adds hits admitted elsewhere (a replica's local fallback while
+-- Redis was away) at time `at`. Windows take them only while the window they fell in is still
+-- counted; buckets take them now, never below empty.
+function fixed.absorb(state, s, hits, at, now)
+  local start = window_start(now, s.period)
+  if window_start(at, s.period) ~= start then return state end
+  return { start, fixed_count(state, start) + hits }
+end
+
 local sliding = {}
 
 local function sliding_counts(state, now, period)
@@ -114,6 +123,14 @@ function sliding.refund(state, s, hits, decided_at, now)
   return state
 end
 
+function sliding.absorb(state, s, hits, at, now)
+  local start, curr, prev = sliding_counts(state, now, s.period)
+  local at_start = window_start(at, s.period)
+  if at_start == start then return { start, curr + hits, prev } end
+  if at_start == start - s.period then return { start, curr, prev + hits } end
+  return state
+end
+
 local bucket = {}
 
 local function bucket_rate(s)
@@ -160,6 +177,10 @@ function bucket.refund(state, s, hits, decided_at, now)
   return { math.min(s.burst, bucket_tokens(state, s, now) + hits), now }
 end
 
+function bucket.absorb(state, s, hits, at, now)
+  return { math.max(0, bucket_tokens(state, s, now) - hits), now }
+end
+
 local gcra = {}
 
 local function gcra_tat(state, now)
@@ -195,6 +216,12 @@ end
 function gcra.refund(state, s, hits, decided_at, now)
   if s.limit <= 0 then return state end
   return { math.max(now, state[1] - hits * s.period / s.limit) }
+end
+
+function gcra.absorb(state, s, hits, at, now)
+  if s.limit <= 0 then return state end
+  local t = s.period / s.limit
+  return { math.min(gcra_tat(state, now) + hits * t, now + s.burst * t) }
 end
 
 local ALGORITHMS = {

@@ -11,6 +11,8 @@ import { Metrics } from './server/metrics';
 import { describeSettings, type Settings } from './settings';
 import { MemoryStore } from './store/memory';
 import { RedisStore } from './store/redis';
+import { ResilientStore } from './store/resilient';
+import { resilienceOptions } from './store/resilience-settings';
 import { createRedisClients } from './store/redis-connection';
 import type { Store } from './store/store';
 
@@ -34,7 +36,10 @@ export interface App {
 }
 
 function createStore(settings: Settings, metrics: Metrics, logger: Logger, clock?: Clock): Store {
-  if (settings.store === 'redis') return new RedisStore(createRedisClients(settings, logger));
+  if (settings.store === 'redis') {
+    const local = new MemoryStore({ maxKeys: settings.memoryMaxKeys });
+    return new ResilientStore(new RedisStore(createRedisClients(settings, logger)), local, resilienceOptions(settings, metrics, logger));
+  }
   return createMemoryStore(settings, metrics, logger, clock);
 }
 

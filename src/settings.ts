@@ -45,9 +45,20 @@ export interface Settings {
   keyHashSecret: string;
   keyHashMaxValueLength: number;
   keyHashKeys: string[];
+  storeDeadlineMs: number;
+  deadlineMarginMs: number;
+  breakerFailureRatio: number;
+  breakerMinCalls: number;
+  breakerWindowMs: number;
+  breakerCooldownMs: number;
+  fallbackPolicy: 'local' | 'allow' | 'deny';
+  fallbackDomainPolicies: string[];
+  fallbackShare: number;
+  degradedHeader: string;
+  overLimitCacheSize: number;
 }
 
-type Kind = 'string' | 'list' | 'port' | 'int' | 'ratio' | 'bool' | 'enum' | 'duration';
+type Kind = 'string' | 'list' | 'port' | 'int' | 'count' | 'ratio' | 'bool' | 'enum' | 'duration';
 
 interface Spec {
   key: keyof Settings;
@@ -81,6 +92,17 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'redisPoolSize', flag: 'redis-pool-size', env: ['REDIS_POOL_SIZE'], kind: 'int', def: 1, help: 'connections per Redis (auto-pipelined; more only help when Redis latency dominates)' },
   { key: 'redisTimeoutMs', flag: 'redis-timeout', env: ['REDIS_TIMEOUT'], kind: 'duration', def: 1000, help: 'command timeout (e.g. 250ms, 1s)' },
   { key: 'redisConnectTimeoutMs', flag: 'redis-connect-timeout', env: ['REDIS_CONNECT_TIMEOUT'], kind: 'duration', def: 2000, help: 'connect timeout; sluice keeps retrying, health says NOT_SERVING meanwhile' },
+  { key: 'storeDeadlineMs', flag: 'store-deadline', env: ['STORE_DEADLINE'], kind: 'duration', def: 10, help: "longest a decision waits on Redis before the fallback answers (inside Envoy's 20 ms default)" },
+  { key: 'deadlineMarginMs', flag: 'deadline-margin', env: ['DEADLINE_MARGIN'], kind: 'duration', def: 2, help: "kept back from the caller's gRPC deadline" },
+  { key: 'breakerFailureRatio', flag: 'breaker-failure-ratio', env: ['BREAKER_FAILURE_RATIO'], kind: 'ratio', def: 0.5, help: 'share of failed or timed-out Redis calls in the window that opens the breaker' },
+  { key: 'breakerMinCalls', flag: 'breaker-min-calls', env: ['BREAKER_MIN_CALLS'], kind: 'int', def: 10, help: 'fewest calls in the window before the ratio applies' },
+  { key: 'breakerWindowMs', flag: 'breaker-window', env: ['BREAKER_WINDOW'], kind: 'duration', def: 10_000, help: 'sliding window of the failure ratio' },
+  { key: 'breakerCooldownMs', flag: 'breaker-cooldown', env: ['BREAKER_COOLDOWN'], kind: 'duration', def: 1000, help: 'open breaker waits this long before one probe' },
+  { key: 'fallbackPolicy', flag: 'fallback-policy', env: ['FALLBACK_POLICY'], kind: 'enum', def: 'local', choices: ['local', 'allow', 'deny'], help: 'when Redis cannot decide: local limiter, allow, or deny (gRPC UNAVAILABLE)' },
+  { key: 'fallbackDomainPolicies', flag: 'fallback-domain-policies', env: ['FALLBACK_DOMAIN_POLICIES'], kind: 'list', def: [], help: 'per-domain policy, e.g. payments=deny,search=allow' },
+  { key: 'fallbackShare', flag: 'fallback-share', env: ['FALLBACK_SHARE'], kind: 'ratio', def: 1, help: 'share of each limit the local fallback enforces (1/replicas keeps the fleet near the budget)' },
+  { key: 'degradedHeader', flag: 'degraded-header', env: ['DEGRADED_HEADER'], kind: 'string', def: 'x-ratelimit-degraded', help: 'response header on answers made without Redis' },
+  { key: 'overLimitCacheSize', flag: 'over-limit-cache-size', env: ['OVER_LIMIT_CACHE_SIZE'], kind: 'count', def: 100_000, help: 'keys remembered as over their limit, answered without Redis until they can pass (0 = off)' },
   { key: 'countDeniedHits', flag: 'count-denied-hits', env: ['COUNT_DENIED_HITS'], kind: 'bool', def: false, help: "upstream counting: hits are counted even when the answer is OVER_LIMIT" },
   { key: 'globalShadowMode', flag: 'shadow-mode', env: ['SHADOW_MODE'], kind: 'bool', def: false, help: 'never answer OVER_LIMIT overall (statuses still show it)' },
   { key: 'globalQuotaMode', flag: 'quota-mode', env: ['QUOTA_MODE'], kind: 'bool', def: false, help: 'treat every rule as quota_mode' },
@@ -126,10 +148,11 @@ function parseValue(spec: Spec, raw: string, origin: string): unknown {
       return bad('expected true or false');
     }
     case 'port':
+    case 'count':
     case 'int': {
       const n = Number(raw);
       const max = spec.kind === 'port' ? 65535 : Number.MAX_SAFE_INTEGER;
-      const min = spec.kind === 'port' ? 0 : 1;
+      const min = spec.kind === 'int' ? 1 : 0;
       if (!/^\d+$/.test(raw) || n < min || n > max) return bad(`expected an integer ${min}..${max}`);
       return n;
     }
@@ -195,6 +218,11 @@ export function loadSettings(argv: readonly string[] = [], env: NodeJS.ProcessEn
     out[spec.key] = envName !== undefined ? parseValue(spec, env[envName] as string, envName) : spec.def;
   }
   const settings = out as unknown as Settings;
+  for (const entry of settings.fallbackDomainPolicies) {
+    if (!/^[^=]+=(local|allow|deny)$/.test(entry)) {
+      throw new SettingsError(`FALLBACK_DOMAIN_POLICIES: expected domain=local|allow|deny, got '${entry}'`);
+    }
+  }
   if (settings.configPaths.length === 0) {
     const runtime = runtimeConfigPath(env);
     if (runtime !== undefined) settings.configPaths = [runtime];

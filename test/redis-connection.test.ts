@@ -20,7 +20,8 @@ after(() => stopAll());
 async function decideThrough(settings: Partial<Settings>): Promise<{ code: Code; logs: string }> {
   let logs = '';
   const sink = new Writable({ write: (c: Buffer, _e, done) => ((logs += c.toString()), done()) });
-  const s = await startApp({ configPaths: [EXAMPLE], store: 'redis', ...settings }, { logger: createLogger('info', sink) });
+  // Fallback deny: health then tracks Redis itself, and an answer proves the connection works.
+  const s = await startApp({ configPaths: [EXAMPLE], store: 'redis', fallbackPolicy: 'deny', storeDeadlineMs: 2000, ...settings }, { logger: createLogger('info', sink) });
   try {
     const deadline = Date.now() + 10_000;
     while (s.app.health.status !== 'SERVING' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
@@ -84,7 +85,7 @@ describe('Redis connection settings', () => {
 
   test('REDIS_POOL_SIZE opens that many connections', async () => {
     const node = await startRedis();
-    const s = await startApp({ configPaths: [EXAMPLE], store: 'redis', redisUrl: `127.0.0.1:${node.port}`, redisPoolSize: 3 });
+    const s = await startApp({ configPaths: [EXAMPLE], store: 'redis', fallbackPolicy: 'deny', storeDeadlineMs: 2000, redisUrl: `127.0.0.1:${node.port}`, redisPoolSize: 3 });
     try {
       const deadline = Date.now() + 10_000;
       while (s.app.health.status !== 'SERVING' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));

@@ -36,9 +36,13 @@ async function replicas(count: number, redisPort: number): Promise<Replica[]> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-race-'));
   fs.writeFileSync(path.join(dir, 'race.yaml'), CONFIG);
   const servers = await Promise.all(
-    Array.from({ length: count }, () => spawnServer(['--config', dir, '--store', 'redis', '--redis-url', `127.0.0.1:${redisPort}`])),
+    // Redis or nothing: no local fallback (it would admit per process) and a deadline long
+    // enough for two loaded cores.
+    Array.from({ length: count }, () =>
+      spawnServer(['--config', dir, '--store', 'redis', '--redis-url', `127.0.0.1:${redisPort}`, '--fallback-policy', 'deny', '--store-deadline', '2s']),
+    ),
   );
-  for (const s of servers) await s.waitForLog((l) => l.event === 'health' && l.status === 'SERVING');
+  for (const s of servers) await s.waitForLog((l) => l.event === 'redis_ready');
   return servers.map((server) => ({ server, client: new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure()) }));
 }
 
@@ -100,9 +104,9 @@ describe('several sluice processes sharing one Redis', () => {
 });
 
 describe('startup before Redis', () => {
-  test('no crash loop: NOT_SERVING and UNAVAILABLE until Redis is up, then SERVING without a restart', async () => {
+  test('fallback deny: no crash loop, NOT_SERVING and UNAVAILABLE until Redis is up, then SERVING without a restart', async () => {
     const port = await freePort();
-    const server = await spawnServer(['--config', path.resolve(__dirname, '../../examples/config'), '--store', 'redis', '--redis-url', `127.0.0.1:${port}`]);
+    const server = await spawnServer(['--config', path.resolve(__dirname, '../../examples/config'), '--store', 'redis', '--redis-url', `127.0.0.1:${port}`, '--fallback-policy', 'deny']);
     const client = new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure());
     try {
       const health = await fetch(`http://127.0.0.1:${server.httpPort}/healthcheck`);

@@ -37,6 +37,8 @@ export interface LimitDecision {
   overall: Code;
   // One per request descriptor, in request order.
   results: DescriptorResult[];
+  // The shared store could not decide; a fallback did.
+  degraded?: { policy: 'local' | 'allow'; reason: string };
 }
 
 // Request-level hits_addend 0 means 1; a descriptor-level value wins, and 0 there means "check only".
@@ -84,6 +86,7 @@ export async function decideRequest(
   request: RateLimitRequest,
   store: Store,
   settings: LimiterSettings,
+  deadlineAt?: number,
 ): Promise<LimitDecision> {
   const limits = limitsFor(config, request);
   const checks: LimitCheck[] = [];
@@ -96,10 +99,10 @@ export async function decideRequest(
   const decision: Decision =
     checks.length === 0
       ? { admitted: true, outcomes: [] }
-      : await store.decide(checks, { countDeniedHits: settings.countDeniedHits });
+      : await store.decide(checks, { countDeniedHits: settings.countDeniedHits, domain: request.domain, deadlineAt });
   const results = limits.map((m, i) => resultFor(m, checks[checkIndex[i]], decision, checkIndex[i], hitsFor(request, i)));
   const overall: Code = decision.admitted || settings.globalShadowMode ? 'OK' : 'OVER_LIMIT';
-  return { overall, results };
+  return { overall, results, degraded: decision.degraded };
 }
 
 function resultFor(

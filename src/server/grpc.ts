@@ -47,7 +47,9 @@ export function createGrpcServer(deps: { service: RateLimitService; health: Heal
   server.addService(RateLimitServiceService, {
     shouldRateLimit(call: grpc.ServerUnaryCall<any, any>, callback: grpc.sendUnaryData<any>) {
       const end = metrics.requestDuration.startTimer({ transport: 'grpc' });
-      service.shouldRateLimit(call.request).then(
+      const deadline = call.getDeadline();
+      const deadlineAt = deadline instanceof Date ? deadline.getTime() : Number.isFinite(deadline) ? deadline : undefined;
+      service.shouldRateLimit(call.request, { deadlineAt }).then(
         (response) => {
           end();
           metrics.requests.inc({ transport: 'grpc', code: RateLimitResponse_Code[response.overallCode] });

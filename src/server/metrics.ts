@@ -12,6 +12,12 @@ export class Metrics {
   readonly configLoads: Counter<'result'>;
   readonly configLoadTimestamp: Gauge;
   readonly memoryEvictions: Counter;
+  readonly degraded: Counter<'policy'>;
+  readonly breakerState: Gauge;
+  readonly breakerTransitions: Counter<'to'>;
+  readonly storeFailures: Counter<'kind'>;
+  readonly overLimitCacheHits: Counter;
+  readonly writeBackHits: Counter<'result'>;
   readonly memoryKeys: Gauge;
   memoryKeysSource?: () => number;
   private readonly ruleStats: Record<RuleStat, Counter<'domain' | 'key1' | 'key2'>>;
@@ -23,6 +29,12 @@ export class Metrics {
     this.configLoads = new Counter({ name: 'sluice_config_loads_total', help: 'Config loads by result (success, error)', labelNames: ['result'], registers });
     this.configLoadTimestamp = new Gauge({ name: 'sluice_config_last_load_success_timestamp_seconds', help: 'When the running config was loaded', registers });
     this.memoryEvictions = new Counter({ name: 'sluice_memory_store_evictions_total', help: 'Counters evicted from the memory store because it reached its key cap', registers });
+    this.degraded = new Counter({ name: 'sluice_degraded_decisions_total', help: 'Decisions made without Redis, by fallback policy (local, allow, deny)', labelNames: ['policy'], registers });
+    this.breakerState = new Gauge({ name: 'sluice_breaker_state', help: 'Circuit breaker in front of Redis: 0 closed, 1 half-open, 2 open', registers });
+    this.breakerTransitions = new Counter({ name: 'sluice_breaker_transitions_total', help: 'Circuit breaker state changes, by new state', labelNames: ['to'], registers });
+    this.storeFailures = new Counter({ name: 'sluice_store_failures_total', help: 'Redis calls that failed (error) or missed their deadline (timeout)', labelNames: ['kind'], registers });
+    this.overLimitCacheHits = new Counter({ name: 'sluice_over_limit_cache_hits_total', help: 'Requests answered OVER_LIMIT from the over-limit cache, without Redis', registers });
+    this.writeBackHits = new Counter({ name: 'sluice_fallback_write_back_hits_total', help: 'Hits admitted by the local fallback and written back to Redis (result: ok, error)', labelNames: ['result'], registers });
     const keys = this;
     this.memoryKeys = new Gauge({
       name: 'sluice_memory_store_keys',

@@ -39,18 +39,19 @@ export class RateLimitService {
       headers: s.responseHeadersEnabled ? { limit: s.headerLimit, remaining: s.headerRemaining, reset: s.headerReset } : undefined,
       retryAfter: s.retryAfterEnabled ? s.headerRetryAfter : undefined,
       dynamicMetadata: s.responseDynamicMetadata,
+      degradedHeader: s.degradedHeader,
     };
   }
 
   // Throws InvalidRequestError for a malformed request and UnavailableError when no decision can
   // be made; never answers UNKNOWN.
-  async shouldRateLimit(pb: PbRequest): Promise<PbResponse> {
+  async shouldRateLimit(pb: PbRequest, call: { deadlineAt?: number } = {}): Promise<PbResponse> {
     const request = requestFromProto(pb);
     const config = this.deps.config.config;
     if (config === undefined) throw new UnavailableError('no rate limit configuration loaded');
     let decision: LimitDecision;
     try {
-      decision = await decideRequest(config, request, this.deps.store, this.limiter);
+      decision = await decideRequest(config, request, this.deps.store, this.limiter, call.deadlineAt);
     } catch (err) {
       throw err instanceof UnavailableError ? err : new UnavailableError('counter store failed', { cause: err });
     }

@@ -12,6 +12,7 @@ export interface ResponseOptions {
   headers?: { limit: string; remaining: string; reset: string };
   retryAfter?: string;
   dynamicMetadata: boolean;
+  degradedHeader?: string;
 }
 
 const PB_UNIT: Record<Unit, PbUnit> = {
@@ -71,6 +72,9 @@ function headersOf(decision: LimitDecision, options: ResponseOptions): HeaderVal
     out.push({ key: h.remaining, value: String(chosen.remaining), rawValue: Buffer.alloc(0) });
     out.push({ key: h.reset, value: String(ceilSeconds(chosen.resetMs ?? 0)), rawValue: Buffer.alloc(0) });
   }
+  if (decision.degraded !== undefined && options.degradedHeader) {
+    out.push({ key: options.degradedHeader, value: 'true', rawValue: Buffer.alloc(0) });
+  }
   if (options.retryAfter !== undefined && decision.overall === 'OVER_LIMIT') {
     const seconds = retryAfterSeconds(decision.results);
     if (seconds !== undefined) out.push({ key: options.retryAfter, value: String(seconds), rawValue: Buffer.alloc(0) });
@@ -110,6 +114,13 @@ function mergeInto(dest: Record<string, unknown>, src: Record<string, unknown>):
   }
 }
 
+// Degraded answers always say so in dynamic metadata, whether or not the request metadata is on.
+function dynamicMetadataOf(request: RateLimitRequest, decision: LimitDecision, options: ResponseOptions): Record<string, unknown> | undefined {
+  const out = options.dynamicMetadata ? metadataOf(request, decision) : undefined;
+  if (decision.degraded === undefined) return out;
+  return { ...out, degraded: true, degradedPolicy: decision.degraded.policy, degradedReason: decision.degraded.reason };
+}
+
 export function responseToProto(request: RateLimitRequest, decision: LimitDecision, options: ResponseOptions): PbResponse {
   return {
     overallCode: decision.overall === 'OK' ? PbCode.OK : PbCode.OVER_LIMIT,
@@ -117,6 +128,6 @@ export function responseToProto(request: RateLimitRequest, decision: LimitDecisi
     responseHeadersToAdd: headersOf(decision, options),
     requestHeadersToAdd: [],
     rawBody: Buffer.alloc(0),
-    dynamicMetadata: options.dynamicMetadata ? metadataOf(request, decision) : undefined,
+    dynamicMetadata: dynamicMetadataOf(request, decision, options),
   };
 }

@@ -78,10 +78,14 @@ function sentinel(s: Settings): Redis {
 
 function cluster(s: Settings): Cluster {
   const nodes = s.redisUrl.split(',').map((a) => hostPort(a.replace(/^rediss?:\/\//, ''), 6379));
-  const { retryStrategy: _unused, ...redisOptions } = baseOptions(s);
+  const { retryStrategy: _unused, enableAutoPipelining: _off, ...redisOptions } = baseOptions(s);
   const options: ClusterOptions = {
     redisOptions,
-    enableAutoPipelining: true,
+    // ioredis' cluster auto-pipelining batches commands per node, then rejects a batch whose
+    // scripts' keys span several slots ("All keys in the pipeline should belong to the same slots
+    // allocation group"), failing concurrent decisions. Commands written one by one are still
+    // pipelined on the socket.
+    enableAutoPipelining: false,
     enableOfflineQueue: false,
     clusterRetryStrategy: (times) => Math.min(100 * times, 2000),
     scaleReads: 'master',

@@ -1,17 +1,19 @@
 import calculateSlot from 'cluster-key-slot';
 import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../clock';
+import type { LimitSpec } from '../limiter/algorithms';
 import { admits } from '../limiter/policy';
 import { loadScripts } from './scripts';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from './store';
 
 export type RedisClient = Redis | Cluster;
 
-type ScriptName = 'sluiceDecide' | 'sluiceRefund';
+type ScriptName = 'sluiceDecide' | 'sluiceRefund' | 'sluiceAbsorb';
 
 interface ScriptClient {
   sluiceDecide(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
   sluiceRefund(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
+  sluiceAbsorb(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
   eval(script: string, numKeys: number, ...args: (string | number)[]): Promise<unknown>;
 }
 
@@ -23,6 +25,13 @@ interface GroupResult {
 }
 
 const FIELDS = 8;
+
+// Hits admitted at `atMs` by a local fallback, to be added to the shared counter.
+export interface AbsorbEntry extends LimitSpec {
+  key: string;
+  hits: number;
+  atMs: number;
+}
 
 function num(s: string | number): number {
   return s === 'inf' ? Infinity : Number(s);
@@ -46,10 +55,9 @@ export class RedisStore implements Store {
   constructor(private readonly options: RedisStoreOptions) {
     this.kind = options.cluster ? 'redis-cluster' : 'redis';
     const scripts = loadScripts();
-    this.scripts = { sluiceDecide: scripts.decide, sluiceRefund: scripts.refund };
+    this.scripts = { sluiceDecide: scripts.decide, sluiceRefund: scripts.refund, sluiceAbsorb: scripts.absorb };
     for (const client of options.clients) {
-      client.defineCommand('sluiceDecide', { lua: scripts.decide });
-      client.defineCommand('sluiceRefund', { lua: scripts.refund });
+      for (const [name, lua] of Object.entries(this.scripts)) client.defineCommand(name, { lua });
     }
   }
 
@@ -81,9 +89,22 @@ export class RedisStore implements Store {
     return this.combine(checks, done, options);
   }
 
+  // Writes back hits admitted elsewhere (see lua/absorb.lua); one script call per slot group.
+  async absorb(entries: readonly AbsorbEntry[]): Promise<void> {
+    const groups = this.groups(entries);
+    await Promise.all(
+      groups.map(async (idx) => {
+        const group = idx.map((i) => entries[i]);
+        const args: (string | number)[] = [this.time()];
+        for (const e of group) args.push(e.algorithm, e.limit, e.periodMs, e.burst, e.hits, e.atMs);
+        await this.run('sluiceAbsorb', group.length, [...group.map((e) => e.key), ...args]);
+      }),
+    );
+  }
+
   // Checks grouped by the node that must run them: everything together on a single Redis; by
   // hash slot on a cluster (a script may only touch keys of one slot).
-  private groups(checks: readonly LimitCheck[]): number[][] {
+  private groups(checks: readonly { key: string }[]): number[][] {
     if (!this.options.cluster) return [checks.map((_, i) => i)];
     const bySlot = new Map<number, number[]>();
     checks.forEach((c, i) => {

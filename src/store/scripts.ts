@@ -9,7 +9,8 @@ function read(name: string): string {
 
 // Each script is algorithms.lua followed by its own body, loaded once per connection and invoked
 // by SHA (ioredis' defineCommand falls back to EVAL on NOSCRIPT, which also reloads it).
-export function loadScripts(): { decide: string; refund: string } {
+export function loadScripts(): { decide: string; refund: string; absorb: string } {
   const algorithms = read('algorithms.lua');
-  return { decide: `${algorithms}\n${read('decide.lua')}`, refund: `${algorithms}\n${read('refund.lua')}` };
+  const withAlgorithms = (name: string) => `${algorithms}\n${read(name)}`;
+  return { decide: withAlgorithms('decide.lua'), refund: withAlgorithms('refund.lua'), absorb: withAlgorithms('absorb.lua') };
 }

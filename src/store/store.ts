@@ -26,11 +26,17 @@ export interface Decision {
   // The request as a whole is admitted (see admits() in limiter/policy.ts).
   admitted: boolean;
   outcomes: LimitOutcome[];
+  // Set when the shared store could not decide and a fallback did ('local' limiter or 'allow').
+  degraded?: { policy: 'local' | 'allow'; reason: string };
 }
 
 export interface DecideOptions {
   // Upstream counting: every hit is written even when the answer is OVER_LIMIT.
   countDeniedHits: boolean;
+  // The request's domain (fallback policies can differ per domain).
+  domain?: string;
+  // The caller's own deadline (ms since the epoch); the store must answer before it.
+  deadlineAt?: number;
 }
 
 // A counter store. decide() evaluates all limits of one request atomically: no other decide()

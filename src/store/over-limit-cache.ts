@@ -1,0 +1,43 @@
+// Keys the store reported over the limit, remembered until they can pass again, so that a flood
+// against an exhausted key is answered locally and costs Redis nothing (upstream's local cache,
+// LOCAL_CACHE_SIZE_IN_BYTES). Bounded: beyond maxEntries the oldest entry goes.
+//
+// An entry is valid for requests of at least `hits` hits: a smaller request might fit earlier.
+
+interface Entry {
+  untilMs: number;
+  hits: number;
+}
+
+export class OverLimitCache {
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(private readonly maxEntries: number) {}
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  // The time until which `key` denies `hits`, or undefined when it is not known to deny them.
+  deniedUntil(key: string, hits: number, now: number): number | undefined {
+    const e = this.entries.get(key);
+    if (e === undefined) return undefined;
+    if (e.untilMs <= now) {
+      this.entries.delete(key);
+      return undefined;
+    }
+    return hits >= e.hits ? e.untilMs : undefined;
+  }
+
+  remember(key: string, hits: number, untilMs: number): void {
+    if (this.maxEntries <= 0 || hits <= 0) return;
+    const existing = this.entries.get(key);
+    if (existing !== undefined && existing.hits < hits && existing.untilMs >= untilMs) return;
+    this.entries.delete(key);
+    if (this.entries.size >= this.maxEntries) {
+      const oldest = this.entries.keys().next();
+      if (!oldest.done) this.entries.delete(oldest.value);
+    }
+    this.entries.set(key, { untilMs, hits });
+  }
+}

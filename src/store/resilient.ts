@@ -1,0 +1,203 @@
+import type { Clock } from '../clock';
+import { UnavailableError } from '../errors';
+import { windowStart } from '../limiter/algorithms/types';
+import { CircuitBreaker, type BreakerOptions, type BreakerState } from './breaker';
+import type { MemoryStore } from './memory';
+import { OverLimitCache } from './over-limit-cache';
+import type { AbsorbEntry, RedisStore } from './redis';
+import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from './store';
+
+export type FallbackPolicy = 'local' | 'allow' | 'deny';
+
+export interface ResilienceOptions {
+  clock: Clock;
+  // Longest a decision waits on the shared store, ms.
+  deadlineMs: number;
+  // Kept back from the caller's own deadline, ms.
+  marginMs: number;
+  breaker: Omit<BreakerOptions, 'clock' | 'onChange'>;
+  policy: FallbackPolicy;
+  domainPolicies: ReadonlyMap<string, FallbackPolicy>;
+  // Share of each limit the local fallback enforces (e.g. 0.25 with four replicas).
+  share: number;
+  overLimitCacheSize: number;
+  // Metrics and logs.
+  events: {
+    breaker(from: BreakerState, to: BreakerState, reason: string): void;
+    degraded(policy: FallbackPolicy, reason: string): void;
+    storeFailure(kind: 'error' | 'timeout', message: string): void;
+    overLimitCacheHit(): void;
+    writeBack(entries: number, hits: number, error?: string): void;
+  };
+}
+
+class DeadlineExceeded extends Error {}
+
+// The shared store behind a deadline, a circuit breaker and a local fallback, with a cache of keys
+// known to be over their limit. When Redis is slow or gone sluice keeps answering, within the
+// caller's deadline, and says that it is degraded.
+export class ResilientStore implements Store {
+  readonly kind: string;
+  readonly breaker: CircuitBreaker;
+  readonly overLimit: OverLimitCache;
+  // Hits the local fallback admitted, to be written back when the shared store returns.
+  private readonly journal = new Map<string, AbsorbEntry>();
+
+  constructor(
+    private readonly primary: RedisStore,
+    private readonly local: MemoryStore,
+    private readonly o: ResilienceOptions,
+  ) {
+    this.kind = `${primary.kind}+fallback`;
+    this.overLimit = new OverLimitCache(o.overLimitCacheSize);
+    this.breaker = new CircuitBreaker({
+      ...o.breaker,
+      clock: o.clock,
+      onChange: (from, to, reason) => {
+        o.events.breaker(from, to, reason);
+        if (to === 'closed') void this.writeBack();
+      },
+    });
+    primary.onReadyChange(() => {
+      if (primary.ready()) this.breaker.probeNow('connection established');
+      else this.breaker.trip('connection lost');
+    });
+  }
+
+  // Serving whenever some answer can be given: Redis, or a fallback that decides.
+  ready(): boolean {
+    return this.primary.ready() || this.o.policy !== 'deny';
+  }
+
+  onReadyChange(listener: () => void): void {
+    this.primary.onReadyChange(listener);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([this.primary.close(), this.local.close()]);
+  }
+
+  async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    const now = this.o.clock.now();
+    const cached = this.cachedDenial(checks, now);
+    if (cached !== undefined) return cached;
+    const budget = this.budgetMs(options);
+    if (budget <= 0) return this.fallback(checks, options, 'no time left before the caller deadline');
+    if (!this.breaker.tryAcquire()) return this.fallback(checks, options, 'circuit breaker open');
+    const call = this.primary.decide(checks, options);
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new DeadlineExceeded(`no answer within ${Math.round(budget)} ms`)), budget);
+    });
+    try {
+      const decision = await Promise.race([call, deadline]);
+      this.breaker.success();
+      this.remember(checks, decision, now);
+      return decision;
+    } catch (err) {
+      const timeout = err instanceof DeadlineExceeded;
+      const message = (err as Error).message;
+      this.o.events.storeFailure(timeout ? 'timeout' : 'error', message);
+      this.breaker.failure(message);
+      const answer = this.fallback(checks, options, timeout ? 'store deadline exceeded' : `store error: ${message}`);
+      // A late answer means Redis counted the hits after all: do not write them back again.
+      if (timeout) void call.then(() => this.unjournal(checks, answer), () => undefined);
+      return answer;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private budgetMs(options: DecideOptions): number {
+    if (options.deadlineAt === undefined) return this.o.deadlineMs;
+    return Math.min(this.o.deadlineMs, options.deadlineAt - this.o.marginMs - Date.now());
+  }
+
+  private cachedDenial(checks: readonly LimitCheck[], now: number): Decision | undefined {
+    const i = checks.findIndex((c) => c.mode === 'enforce' && this.overLimit.deniedUntil(c.key, c.hits, now) !== undefined);
+    if (i < 0) return undefined;
+    this.o.events.overLimitCacheHit();
+    const wait = (this.overLimit.deniedUntil(checks[i].key, checks[i].hits, now) as number) - now;
+    const outcomes: LimitOutcome[] = checks.map((_, j) =>
+      j === i
+        ? { allowed: false, consumed: false, remaining: 0, resetMs: wait, retryAfterMs: wait, usedBefore: checks[i].limit }
+        : { allowed: true, consumed: false, remaining: 0, resetMs: 0, retryAfterMs: 0, usedBefore: 0 },
+    );
+    return { admitted: false, outcomes };
+  }
+
+  private remember(checks: readonly LimitCheck[], decision: Decision, now: number): void {
+    decision.outcomes.forEach((o, i) => {
+      const c = checks[i];
+      if (!o.allowed && c.mode === 'enforce' && Number.isFinite(o.retryAfterMs) && o.retryAfterMs > 0) {
+        this.overLimit.remember(c.key, c.hits, now + o.retryAfterMs);
+      }
+    });
+  }
+
+  private fallback(checks: readonly LimitCheck[], options: DecideOptions, reason: string): Decision {
+    const policy = (options.domain !== undefined && this.o.domainPolicies.get(options.domain)) || this.o.policy;
+    this.o.events.degraded(policy, reason);
+    if (policy === 'deny') throw new UnavailableError(`counter store unavailable (${reason}); fallback policy is deny`);
+    if (policy === 'allow') {
+      const outcomes = checks.map((c) => ({ allowed: true, consumed: false, remaining: c.limit, resetMs: 0, retryAfterMs: 0, usedBefore: 0 }));
+      return { admitted: true, outcomes, degraded: { policy, reason } };
+    }
+    const scaled = checks.map((c) => ({ ...c, limit: this.scale(c.limit), burst: this.scale(c.burst) }));
+    const decision = this.local.decideNow(scaled, options);
+    const now = this.o.clock.now();
+    decision.outcomes.forEach((o, i) => {
+      if (o.consumed && checks[i].hits > 0) this.journalAdd(checks[i], now);
+    });
+    return { ...decision, degraded: { policy, reason } };
+  }
+
+  private scale(n: number): number {
+    return n <= 0 ? n : Math.max(1, Math.floor(n * this.o.share));
+  }
+
+  // Windows journal per window (only hits of a still-open window are written back); buckets per key.
+  private journalKey(c: LimitCheck, now: number): string {
+    const windowed = c.algorithm === 'fixed_window' || c.algorithm === 'sliding_window';
+    return windowed ? `${c.key}#${windowStart(now, c.periodMs)}` : c.key;
+  }
+
+  private journalAdd(c: LimitCheck, now: number): void {
+    const k = this.journalKey(c, now);
+    const e = this.journal.get(k);
+    if (e !== undefined) {
+      e.hits += c.hits;
+      e.atMs = now;
+      return;
+    }
+    if (this.journal.size >= 100_000) return;
+    this.journal.set(k, { key: c.key, algorithm: c.algorithm, limit: c.limit, periodMs: c.periodMs, burst: c.burst, hits: c.hits, atMs: now });
+  }
+
+  private unjournal(checks: readonly LimitCheck[], answer: Decision): void {
+    if (answer.degraded?.policy !== 'local') return;
+    answer.outcomes.forEach((o, i) => {
+      if (!o.consumed) return;
+      for (const [k, e] of this.journal) {
+        if (e.key === checks[i].key) {
+          e.hits = Math.max(0, e.hits - checks[i].hits);
+          if (e.hits === 0) this.journal.delete(k);
+          break;
+        }
+      }
+    });
+  }
+
+  private async writeBack(): Promise<void> {
+    const entries = [...this.journal.values()].filter((e) => e.hits > 0);
+    this.journal.clear();
+    if (entries.length === 0) return;
+    const hits = entries.reduce((a, e) => a + e.hits, 0);
+    try {
+      await this.primary.absorb(entries);
+      this.o.events.writeBack(entries.length, hits);
+    } catch (err) {
+      this.o.events.writeBack(entries.length, hits, (err as Error).message);
+    }
+  }
+}
