@@ -56,6 +56,10 @@ export interface Settings {
   fallbackShare: number;
   degradedHeader: string;
   overLimitCacheSize: number;
+  leaseAutoThreshold: number;
+  leaseAutoShare: number;
+  leaseTtlMs: number;
+  leaseLowWater: number;
 }
 
 type Kind = 'string' | 'list' | 'port' | 'int' | 'count' | 'ratio' | 'bool' | 'enum' | 'duration';
@@ -103,6 +107,10 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'fallbackShare', flag: 'fallback-share', env: ['FALLBACK_SHARE'], kind: 'ratio', def: 1, help: 'share of each limit the local fallback enforces (1/replicas keeps the fleet near the budget)' },
   { key: 'degradedHeader', flag: 'degraded-header', env: ['DEGRADED_HEADER'], kind: 'string', def: 'x-ratelimit-degraded', help: 'response header on answers made without Redis' },
   { key: 'overLimitCacheSize', flag: 'over-limit-cache-size', env: ['OVER_LIMIT_CACHE_SIZE'], kind: 'count', def: 100_000, help: 'keys remembered as over their limit, answered without Redis until they can pass (0 = off)' },
+  { key: 'leaseAutoThreshold', flag: 'lease-auto-threshold', env: ['LEASE_AUTO_THRESHOLD'], kind: 'count', def: 1000, help: 'requests per second for one key at this replica above which it is served from leases (0 = only rules with lease)' },
+  { key: 'leaseAutoShare', flag: 'lease-auto-share', env: ['LEASE_AUTO_SHARE'], kind: 'ratio', def: 0.02, help: "units per automatic lease, as a share of the key's limit (at least 1)" },
+  { key: 'leaseTtlMs', flag: 'lease-ttl', env: ['LEASE_TTL'], kind: 'duration', def: 1000, help: 'a lease gives back its unused units after this (a window lease at the latest when its window ends)' },
+  { key: 'leaseLowWater', flag: 'lease-low-water', env: ['LEASE_LOW_WATER'], kind: 'ratio', def: 0.25, help: 'a lease refills in the background below this share of its size' },
   { key: 'countDeniedHits', flag: 'count-denied-hits', env: ['COUNT_DENIED_HITS'], kind: 'bool', def: false, help: "upstream counting: hits are counted even when the answer is OVER_LIMIT" },
   { key: 'globalShadowMode', flag: 'shadow-mode', env: ['SHADOW_MODE'], kind: 'bool', def: false, help: 'never answer OVER_LIMIT overall (statuses still show it)' },
   { key: 'globalQuotaMode', flag: 'quota-mode', env: ['QUOTA_MODE'], kind: 'bool', def: false, help: 'treat every rule as quota_mode' },

@@ -15,6 +15,11 @@ const NOT_A_DURATION = 'expected one like "500ms", "30s", "5m", "1h", "2d", "1w"
 // fixture → the [line, detail] of every error it must produce, in order.
 const BAD_CASES: Record<string, [number | undefined, string][]> = {
   'yaml_syntax.yaml': [[2, "error loading config file: Missing closing 'quote"]],
+  'bad_lease.yaml': [
+    [7, "'lease' must be a map {size: N}, got '5'"],
+    [12, "'size' must be a positive integer, got '0'"],
+    [12, "'lease' needs a positive integer 'size'"],
+  ],
   'bad_ip_prefix.yaml': [
     [7, "'ip_prefix' v4 must be 0..32, got 33"],
     [12, "'ip_prefix' must be true or a map {v4: 0..32, v6: 0..128}, got '/24'"],

@@ -21,7 +21,7 @@ interface Timing {
 }
 
 const BURST_ALGORITHMS: readonly Algorithm[] = ['token_bucket', 'gcra'];
-const EXTENSION_KEYS = ['algorithm', 'burst', 'unit_multiplier', 'window', 'ip_prefix'] as const;
+const EXTENSION_KEYS = ['algorithm', 'burst', 'unit_multiplier', 'window', 'ip_prefix', 'lease'] as const;
 const DEFAULT_IP_PREFIX = { v4: 24, v6: 64 };
 
 function newNode(valueToMetric = false, shareThreshold = false): DescriptorNode {
@@ -112,6 +112,7 @@ class FileCompiler {
       periodMs: timing.periodMs,
       burst: rl.burst ?? rl.requestsPerUnit,
       ipPrefix,
+      leaseSize: rl.leaseSize,
       shadowMode: d.shadowMode,
       quotaMode: d.quotaMode,
       detailedMetric: d.detailedMetric,

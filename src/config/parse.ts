@@ -24,6 +24,8 @@ export interface RawRateLimit {
   window?: string;
   // `ip_prefix: true` (IPv4 /24, IPv6 /64) or `{v4: N, v6: M}`; range-checked in compile.ts.
   ipPrefix?: { v4?: number; v6?: number };
+  // `lease: {size: N}`: serve this limit from leased batches of N units (hot keys).
+  leaseSize?: number;
   // The line of each key present, so errors about a key point at it.
   lines: Record<string, number | undefined>;
 }
@@ -63,9 +65,10 @@ const DESCRIPTOR_KEYS = new Set([
 ]);
 const RATE_LIMIT_KEYS = new Set([
   'unit', 'requests_per_unit', 'unlimited', 'name', 'replaces', 'algorithm', 'burst', 'unit_multiplier', 'window',
-  'ip_prefix',
+  'ip_prefix', 'lease',
 ]);
 const IP_PREFIX_KEYS = new Set(['v4', 'v6']);
+const LEASE_KEYS = new Set(['size']);
 const REPLACES_KEYS = new Set(['name']);
 
 const KEY_HOMES: [Set<string>, string][] = [
@@ -234,6 +237,7 @@ function readRateLimit(r: Reader, node: unknown, line: number | undefined): RawR
   if (f.get('algorithm')?.node) rl.algorithm = r.str(f, 'algorithm');
   if (f.get('window')?.node) rl.window = r.str(f, 'window');
   if (f.get('ip_prefix')?.node) rl.ipPrefix = readIpPrefix(r, f);
+  if (f.get('lease')?.node) rl.leaseSize = readLease(r, f);
   rl.broken = r.errors.length > before;
   return rl;
 }
@@ -248,6 +252,18 @@ function readIpPrefix(r: Reader, f: Fields): RawRateLimit['ipPrefix'] {
   }
   const pf = r.fields(field.node, IP_PREFIX_KEYS);
   return { v4: r.int(pf, 'v4', 0, 'an integer from 0 to 32'), v6: r.int(pf, 'v6', 0, 'an integer from 0 to 128') };
+}
+
+function readLease(r: Reader, f: Fields): number | undefined {
+  const field = f.get('lease');
+  if (field === undefined || field.node === null) return undefined;
+  if (!isMap(field.node)) {
+    r.error(`'lease' must be a map {size: N}, got ${r.describe(field.node)}`, field.line);
+    return undefined;
+  }
+  const size = r.int(r.fields(field.node, LEASE_KEYS), 'size', 1, 'a positive integer');
+  if (size === undefined) r.error("'lease' needs a positive integer 'size'", field.line);
+  return size;
 }
 
 function readReplaces(r: Reader, f: Fields): RawReplace[] {

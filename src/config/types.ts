@@ -26,6 +26,8 @@ export interface RateLimitRule {
   // Aggregate remote_address / masked_remote_address values to these prefix lengths in the
   // counter key, so one counter covers a client network (`ip_prefix` in rate_limit).
   ipPrefix?: { v4: number; v6: number };
+  // Units per leased batch (`lease: {size: N}`), served locally by each replica.
+  leaseSize?: number;
   shadowMode: boolean;
   quotaMode: boolean;
   detailedMetric: boolean;

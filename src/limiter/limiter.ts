@@ -77,6 +77,7 @@ function toCheck(request: RateLimitRequest, m: MatchedLimit, hits: number, setti
     burst: rule.burst,
     hits,
     mode: modeOf(rule, settings),
+    lease: rule.leaseSize,
   };
 }
 

@@ -18,6 +18,8 @@ export class Metrics {
   readonly storeFailures: Counter<'kind'>;
   readonly overLimitCacheHits: Counter;
   readonly writeBackHits: Counter<'result'>;
+  readonly leaseUnits: Counter<'event'>;
+  readonly leaseServed: Counter;
   readonly memoryKeys: Gauge;
   memoryKeysSource?: () => number;
   private readonly ruleStats: Record<RuleStat, Counter<'domain' | 'key1' | 'key2'>>;
@@ -35,6 +37,8 @@ export class Metrics {
     this.storeFailures = new Counter({ name: 'sluice_store_failures_total', help: 'Redis calls that failed (error) or missed their deadline (timeout)', labelNames: ['kind'], registers });
     this.overLimitCacheHits = new Counter({ name: 'sluice_over_limit_cache_hits_total', help: 'Requests answered OVER_LIMIT from the over-limit cache, without Redis', registers });
     this.writeBackHits = new Counter({ name: 'sluice_fallback_write_back_hits_total', help: 'Hits admitted by the local fallback and written back to Redis (result: ok, error)', labelNames: ['result'], registers });
+    this.leaseUnits = new Counter({ name: 'sluice_lease_units_total', help: 'Units of hot-key leases taken from and returned to Redis', labelNames: ['event'], registers });
+    this.leaseServed = new Counter({ name: 'sluice_lease_hits_served_locally_total', help: 'Hits served from leases without a Redis call (released reservations not counted)', registers });
     const keys = this;
     this.memoryKeys = new Gauge({
       name: 'sluice_memory_store_keys',

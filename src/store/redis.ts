@@ -8,12 +8,13 @@ import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from '.
 
 export type RedisClient = Redis | Cluster;
 
-type ScriptName = 'sluiceDecide' | 'sluiceRefund' | 'sluiceAbsorb';
+type ScriptName = 'sluiceDecide' | 'sluiceRefund' | 'sluiceAbsorb' | 'sluiceLease';
 
 interface ScriptClient {
   sluiceDecide(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
   sluiceRefund(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
   sluiceAbsorb(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
+  sluiceLease(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
   eval(script: string, numKeys: number, ...args: (string | number)[]): Promise<unknown>;
 }
 
@@ -25,6 +26,16 @@ interface GroupResult {
 }
 
 const FIELDS = 8;
+
+export interface LeaseGrant {
+  granted: number;
+  // Redis time of the take, for giving units back to the right window.
+  takenAt: string;
+  remaining: number;
+  resetMs: number;
+  // When nothing was granted: until one unit could be.
+  retryAfterMs: number;
+}
 
 // Hits admitted at `atMs` by a local fallback, to be added to the shared counter.
 export interface AbsorbEntry extends LimitSpec {
@@ -55,7 +66,7 @@ export class RedisStore implements Store {
   constructor(private readonly options: RedisStoreOptions) {
     this.kind = options.cluster ? 'redis-cluster' : 'redis';
     const scripts = loadScripts();
-    this.scripts = { sluiceDecide: scripts.decide, sluiceRefund: scripts.refund, sluiceAbsorb: scripts.absorb };
+    this.scripts = { sluiceDecide: scripts.decide, sluiceRefund: scripts.refund, sluiceAbsorb: scripts.absorb, sluiceLease: scripts.lease };
     for (const client of options.clients) {
       for (const [name, lua] of Object.entries(this.scripts)) client.defineCommand(name, { lua });
     }
@@ -100,6 +111,19 @@ export class RedisStore implements Store {
         await this.run('sluiceAbsorb', group.length, [...group.map((e) => e.key), ...args]);
       }),
     );
+  }
+
+  // Takes up to `units` of a limit's budget (lua/lease.lua).
+  async lease(spec: LimitSpec & { key: string }, units: number): Promise<LeaseGrant> {
+    const args = [this.time(), spec.algorithm, spec.limit, spec.periodMs, spec.burst, units];
+    const r = (await this.run('sluiceLease', 1, [spec.key, ...args])) as (string | number)[];
+    return { granted: Number(r[0]), takenAt: String(r[1]), remaining: num(r[2]), resetMs: num(r[3]), retryAfterMs: num(r[4]) };
+  }
+
+  // Gives back `units` taken by a lease at `takenAt` (Redis time) that were not used.
+  async giveBack(spec: LimitSpec & { key: string }, units: number, takenAt: string): Promise<void> {
+    const args = [takenAt, this.time(), spec.algorithm, spec.limit, spec.periodMs, spec.burst, units];
+    await this.run('sluiceRefund', 1, [spec.key, ...args]);
   }
 
   // Checks grouped by the node that must run them: everything together on a single Redis; by

@@ -23,6 +23,18 @@ export function resilienceOptions(s: Settings, metrics: Metrics, logger: Logger)
     domainPolicies,
     share: s.fallbackShare,
     overLimitCacheSize: s.overLimitCacheSize,
+    leases: {
+      autoThreshold: s.leaseAutoThreshold,
+      autoShare: s.leaseAutoShare,
+      ttlMs: s.leaseTtlMs,
+      lowWater: s.leaseLowWater,
+      events: {
+        taken: (units) => metrics.leaseUnits.inc({ event: 'taken' }, units),
+        returned: (units) => metrics.leaseUnits.inc({ event: 'returned' }, units),
+        servedLocally: (hits) => metrics.leaseServed.inc(hits),
+        exhausted: () => undefined,
+      },
+    },
     events: {
       breaker(from, to, reason) {
         metrics.breakerState.set(BREAKER_GAUGE[to]);

@@ -2,6 +2,7 @@ import type { Clock } from '../clock';
 import { UnavailableError } from '../errors';
 import { windowStart } from '../limiter/algorithms/types';
 import { CircuitBreaker, type BreakerOptions, type BreakerState } from './breaker';
+import { LeaseManager, type LeaseOptions, type Reservation } from './leases';
 import type { MemoryStore } from './memory';
 import { OverLimitCache } from './over-limit-cache';
 import type { AbsorbEntry, RedisStore } from './redis';
@@ -21,6 +22,8 @@ export interface ResilienceOptions {
   // Share of each limit the local fallback enforces (e.g. 0.25 with four replicas).
   share: number;
   overLimitCacheSize: number;
+  // Leased batches for hot keys; undefined = off.
+  leases?: Omit<LeaseOptions, 'clock' | 'redisUsable' | 'events'> & { events: LeaseOptions['events'] };
   // Metrics and logs.
   events: {
     breaker(from: BreakerState, to: BreakerState, reason: string): void;
@@ -42,6 +45,7 @@ export class ResilientStore implements Store {
   readonly overLimit: OverLimitCache;
   // Hits the local fallback admitted, to be written back when the shared store returns.
   private readonly journal = new Map<string, AbsorbEntry>();
+  private readonly leases?: LeaseManager;
 
   constructor(
     private readonly primary: RedisStore,
@@ -58,6 +62,21 @@ export class ResilientStore implements Store {
         if (to === 'closed') void this.writeBack();
       },
     });
+    if (o.leases !== undefined) {
+      const events = o.leases.events;
+      this.leases = new LeaseManager(primary, {
+        ...o.leases,
+        clock: o.clock,
+        redisUsable: () => this.breaker.current === 'closed',
+        events: {
+          ...events,
+          exhausted: (key: string, hits: number, until: number) => {
+            this.overLimit.remember(key, hits, until);
+            events.exhausted(key, hits, until);
+          },
+        },
+      });
+    }
     primary.onReadyChange(() => {
       if (primary.ready()) this.breaker.probeNow('connection established');
       else this.breaker.trip('connection lost');
@@ -74,6 +93,7 @@ export class ResilientStore implements Store {
   }
 
   async close(): Promise<void> {
+    await this.leases?.close();
     await Promise.all([this.primary.close(), this.local.close()]);
   }
 
@@ -81,6 +101,49 @@ export class ResilientStore implements Store {
     const now = this.o.clock.now();
     const cached = this.cachedDenial(checks, now);
     if (cached !== undefined) return cached;
+    if (this.leases === undefined || options.countDeniedHits) return this.decideShared(checks, options, now);
+    return this.decideWithLeases(this.leases, checks, options, now);
+  }
+
+  // Leased limits are reserved locally; the rest is decided by Redis (or the fallback); if that
+  // denies the request, the local reservations are released: still all-or-nothing.
+  private async decideWithLeases(leases: LeaseManager, checks: readonly LimitCheck[], options: DecideOptions, now: number): Promise<Decision> {
+    const reserved = await Promise.all(checks.map((c) => leases.reserve(c, Math.max(0, this.budgetMs(options)))));
+    const rest = checks.map((_, i) => i).filter((i) => reserved[i] === undefined);
+    // A take may have just found a key exhausted: answer from the over-limit cache.
+    const cached = rest.length > 0 ? this.cachedDenial(checks, this.o.clock.now()) : undefined;
+    if (cached !== undefined) {
+      for (const r of reserved) if (r !== undefined) leases.release(r);
+      return cached;
+    }
+    if (rest.length === 0) {
+      for (const r of reserved) leases.commit(r as Reservation);
+      return { admitted: true, outcomes: reserved.map((r) => leases.outcome(r as Reservation)) };
+    }
+    let shared: Decision;
+    try {
+      shared = rest.length === checks.length ? await this.decideShared(checks, options, now) : await this.decideShared(rest.map((i) => checks[i]), options, now);
+    } catch (err) {
+      for (const r of reserved) if (r !== undefined) leases.release(r);
+      throw err;
+    }
+    if (rest.length === checks.length) return shared;
+    const outcomes: LimitOutcome[] = [];
+    rest.forEach((i, j) => (outcomes[i] = shared.outcomes[j]));
+    reserved.forEach((r, i) => {
+      if (r === undefined) return;
+      outcomes[i] = leases.outcome(r);
+      if (shared.admitted) {
+        leases.commit(r);
+        return;
+      }
+      leases.release(r);
+      outcomes[i] = { ...outcomes[i], consumed: false };
+    });
+    return { admitted: shared.admitted, outcomes, degraded: shared.degraded };
+  }
+
+  private async decideShared(checks: readonly LimitCheck[], options: DecideOptions, now: number): Promise<Decision> {
     const budget = this.budgetMs(options);
     if (budget <= 0) return this.fallback(checks, options, 'no time left before the caller deadline');
     if (!this.breaker.tryAcquire()) return this.fallback(checks, options, 'circuit breaker open');

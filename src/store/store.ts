@@ -6,6 +6,8 @@ export interface LimitCheck extends LimitSpec {
   key: string;
   hits: number;
   mode: LimitMode;
+  // Units per lease when the rule asks for leases (`lease` in rate_limit); see store/leases.ts.
+  lease?: number;
 }
 
 export interface LimitOutcome {
