@@ -8,6 +8,7 @@ import { RateLimitResponse_Code as Code, RateLimitServiceClient } from '../src/g
 import { callRls, d } from './support/app';
 import { spawnServer } from './support/process';
 import { type RedisNode, startRedis, stopAll } from './support/redis';
+import { DAY_MS, awayFromWindowEdge } from './support/time';
 
 // Hot keys served from leased batches: 4 replicas each drive one shared key far above its limit.
 // Redis must see fewer than 1 script call per 20 decisions, the fleet must never admit more than
@@ -17,11 +18,11 @@ const CONFIG = `
 domain: hot
 descriptors:
   - key: leased_window
-    rate_limit: { unit: hour, requests_per_unit: 3000, lease: { size: 100 } }
+    rate_limit: { unit: day, requests_per_unit: 3000, lease: { size: 100 } }
   - key: leased_bucket
     rate_limit: { unit: day, requests_per_unit: 3000, algorithm: token_bucket, lease: { size: 100 } }
   - key: auto_hot
-    rate_limit: { unit: hour, requests_per_unit: 3000 }
+    rate_limit: { unit: day, requests_per_unit: 3000 }
 `;
 
 after(() => stopAll());
@@ -29,11 +30,6 @@ after(() => stopAll());
 async function scriptCalls(redis: RedisNode): Promise<number> {
   const stats = await redis.cli('INFO', 'commandstats');
   return [...stats.matchAll(/cmdstat_(?:evalsha|eval):calls=(\d+)/g)].reduce((a, m) => a + Number(m[1]), 0);
-}
-
-async function awayFromHourEdge(needMs: number): Promise<void> {
-  const intoHour = Date.now() % 3_600_000;
-  if (intoHour > 3_600_000 - needMs) await new Promise((r) => setTimeout(r, 3_600_000 - intoHour + 50));
 }
 
 async function drive(rule: string, extraArgs: string[]): Promise<{ decisions: number; admitted: number; calls: number; limit: number; ms: number }> {
@@ -47,7 +43,7 @@ async function drive(rule: string, extraArgs: string[]): Promise<{ decisions: nu
   );
   for (const p of procs) await p.waitForLog((l) => l.event === 'redis_ready');
   const clients = procs.map((p) => new RateLimitServiceClient(`127.0.0.1:${p.grpcPort}`, grpc.credentials.createInsecure()));
-  await awayFromHourEdge(120_000);
+  await awayFromWindowEdge(DAY_MS, 120_000);
   const before = await scriptCalls(redis);
   const started = Date.now();
   let decisions = 0;

@@ -8,6 +8,7 @@ import { RateLimitResponse_Code as Code, RateLimitServiceClient } from '../src/g
 import { callRls, d } from './support/app';
 import { type ServerProcess, spawnServer } from './support/process';
 import { freePort, startRedis, stopAll } from './support/redis';
+import { DAY_MS, awayFromWindowEdge } from './support/time';
 
 // The seed's race, for real: several sluice processes share one Redis and must never admit more
 // than the limit, whatever the interleaving.
@@ -18,9 +19,9 @@ descriptors:
   - key: one_token
     rate_limit: { unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 1 }
   - key: fixed
-    rate_limit: { unit: hour, requests_per_unit: 37 }
+    rate_limit: { unit: day, requests_per_unit: 37 }
   - key: sliding
-    rate_limit: { unit: hour, requests_per_unit: 23, algorithm: sliding_window }
+    rate_limit: { unit: day, requests_per_unit: 23, algorithm: sliding_window }
   - key: bucket
     rate_limit: { unit: day, requests_per_unit: 41, algorithm: token_bucket }
   - key: gcra
@@ -46,12 +47,6 @@ async function replicas(count: number, redisPort: number): Promise<Replica[]> {
   return servers.map((server) => ({ server, client: new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure()) }));
 }
 
-// Waits, if need be, so that a test needing one hour window does not straddle an hour boundary.
-async function awayFromHourEdge(needMs: number): Promise<void> {
-  const intoHour = Date.now() % 3_600_000;
-  if (intoHour > 3_600_000 - needMs) await new Promise((r) => setTimeout(r, 3_600_000 - intoHour + 50));
-}
-
 describe('several sluice processes sharing one Redis', () => {
   let procs: Replica[] = [];
   before(async () => {
@@ -73,7 +68,7 @@ describe('several sluice processes sharing one Redis', () => {
   });
 
   test('4 processes × 64 in flight: admitted equals the limit exactly, never more', async () => {
-    await awayFromHourEdge(60_000);
+    await awayFromWindowEdge(DAY_MS, 60_000);
     const started = Date.now();
     const limits: Record<string, number> = { fixed: 37, sliding: 23, bucket: 41, gcra: 29 };
     const admitted: Record<string, number> = { fixed: 0, sliding: 0, bucket: 0, gcra: 0 };
