@@ -11,7 +11,8 @@ ARGV[2]  time in ms, for tests only; "" (always in production) uses redis.call('
 ARGV[3]  "request": apply the whole-request rule (denied if an enforced limit says no, or if it
          has quota limits and all say no); "group": consume unless an enforced limit of this group
          says no. The caller then applies the request rule across groups and gives back what
-         consumed groups took (refund.lua) when the request is denied.
+         consumed groups took (refund.lua) when the request is denied. "peek": decide as
+         "request" but write nothing (the explain endpoint).
 ARGV[4+6(i-1) .. 9+6(i-1)]  limit i: algorithm, limit, period ms, burst, hits, mode
          (enforce | shadow | quota)
 
@@ -21,7 +22,8 @@ Numbers other than the flags are strings (%.17g): Redis would truncate Lua float
 
 local count_denied = ARGV[1] == '1'
 local now = now_ms(ARGV[2])
-local whole_request = ARGV[3] == 'request'
+local whole_request = ARGV[3] == 'request' or ARGV[3] == 'peek'
+local dry_run = ARGV[3] == 'peek'
 
 local specs, modes, hits = {}, {}, {}
 for i = 1, #KEYS do
@@ -60,7 +62,7 @@ local out = { admitted and 1 or 0, num(now) }
 for i = 1, #KEYS do
   local v, s = verdicts[i], specs[i]
   local impl = ALGORITHMS[s.alg]
-  local consume = v.next ~= nil and (count_denied or (admitted and v.allowed))
+  local consume = not dry_run and v.next ~= nil and (count_denied or (admitted and v.allowed))
   local after = before[i]
   if consume then
     after = v.next

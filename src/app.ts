@@ -6,7 +6,9 @@ import { createLogger, type Logger } from './logger';
 import { RateLimitService } from './service/ratelimit';
 import { bindGrpc, createGrpcServer } from './server/grpc';
 import { HealthState } from './server/health';
-import { createHttpServer, listenHttp } from './server/http';
+import { ADMIN_ROUTES, createHttpServer, listenHttp, MAIN_ROUTES } from './server/http';
+import { grpcCredentials } from './server/tls';
+import { ConfigWatcher } from './config/watcher';
 import { Metrics } from './server/metrics';
 import { describeSettings, type Settings } from './settings';
 import { MemoryStore } from './store/memory';
@@ -30,7 +32,7 @@ export interface App {
   readonly config: ConfigHolder;
   readonly logger: Logger;
   // Binds both listeners; resolves with the ports actually bound (port 0 picks a free one).
-  start(): Promise<{ grpcPort: number; httpPort: number }>;
+  start(): Promise<{ grpcPort: number; httpPort: number; adminPort: number }>;
   reloadConfig(): ReloadResult;
   stop(): Promise<void>;
 }
@@ -38,7 +40,9 @@ export interface App {
 function createStore(settings: Settings, metrics: Metrics, logger: Logger, clock?: Clock): Store {
   if (settings.store === 'redis') {
     const local = new MemoryStore({ maxKeys: settings.memoryMaxKeys });
-    return new ResilientStore(new RedisStore(createRedisClients(settings, logger)), local, resilienceOptions(settings, metrics, logger));
+    const observe = (operation: string, seconds: number, ok: boolean) => metrics.storeDuration.observe({ operation, result: ok ? 'ok' : 'error' }, seconds);
+    const redis = new RedisStore({ ...createRedisClients(settings, logger), observe });
+    return new ResilientStore(redis, local, resilienceOptions(settings, metrics, logger));
   }
   return createMemoryStore(settings, metrics, logger, clock);
 }
@@ -72,7 +76,7 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
   const logger = options.logger ?? createLogger(settings.logLevel);
   const metrics = new Metrics({ defaultMetrics: true });
   const store = options.store ?? createStore(settings, metrics, logger, options.clock);
-  const health = new HealthState(() => store.ready());
+  const health = new HealthState(() => store.ready(), () => store.degraded?.());
   store.onReadyChange?.(() => health.refresh());
   health.on('change', (status: string) => logger.info({ event: 'health', status, reasons: health.reasons() }, `health: ${status}`));
   const config = new ConfigHolder(settings.configPaths, {
@@ -85,8 +89,10 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
     },
   });
   const service = new RateLimitService({ config, store, settings, metrics, logger });
+  const watcher = settings.configWatch ? new ConfigWatcher(settings.configPaths, () => config.reload(), logger) : undefined;
+  const deps = { service, health, metrics, config, logger, settingsDump: () => describeSettings(settings) };
   let grpcServer: grpc.Server | undefined;
-  let httpServer: http.Server | undefined;
+  const httpServers: http.Server[] = [];
 
   return {
     settings,
@@ -98,21 +104,48 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
     async start() {
       logger.info({ event: 'starting', settings: describeSettings(settings) }, 'sluice starting');
       config.reload();
+      watcher?.start();
       grpcServer = createGrpcServer({ service, health, metrics, logger });
-      const grpcPort = await bindGrpc(grpcServer, settings.grpcHost, settings.grpcPort);
-      httpServer = createHttpServer({ service, health, metrics, config, logger });
-      const httpPort = await listenHttp(httpServer, settings.host, settings.httpPort);
-      logger.info({ event: 'listening', grpcPort, httpPort, store: store.kind, health: health.status }, 'sluice listening');
-      return { grpcPort, httpPort };
+      const { credentials, ready } = grpcCredentials(settings);
+      await ready;
+      const grpcPort = await bindGrpc(grpcServer, settings.grpcHost, settings.grpcPort, credentials);
+      const main = createHttpServer(deps, MAIN_ROUTES);
+      const admin = createHttpServer(deps, ADMIN_ROUTES);
+      httpServers.push(main, admin);
+      const httpPort = await listenHttp(main, settings.host, settings.httpPort);
+      const adminPort = await listenHttp(admin, settings.adminHost, settings.adminPort);
+      logger.info(
+        { event: 'listening', grpcPort, httpPort, adminPort, tls: settings.grpcTls, store: store.kind, health: health.status },
+        'sluice listening',
+      );
+      return { grpcPort, httpPort, adminPort };
     },
     reloadConfig: () => config.reload(),
+    // Graceful: health NOT_SERVING at once, keep serving SHUTDOWN_DELAY for load balancers to
+    // notice, stop accepting, let in-flight calls finish (at most DRAIN_TIMEOUT), close the store.
     async stop() {
       health.setShuttingDown();
-      await new Promise<void>((resolve) => (grpcServer ? grpcServer.tryShutdown(() => resolve()) : resolve()));
-      await new Promise<void>((resolve) => (httpServer ? httpServer.close(() => resolve()) : resolve()));
-      httpServer?.closeAllConnections();
+      watcher?.stop();
+      if (settings.shutdownDelayMs > 0) await new Promise((r) => setTimeout(r, settings.shutdownDelayMs));
+      await drainGrpc(grpcServer, settings.drainTimeoutMs, logger);
+      await Promise.all(httpServers.map((h) => new Promise<void>((resolve) => (h.close(() => resolve()), h.closeIdleConnections()))));
       await store.close();
       logger.info({ event: 'stopped' }, 'sluice stopped');
     },
   };
+}
+
+function drainGrpc(server: grpc.Server | undefined, timeoutMs: number, logger: Logger): Promise<void> {
+  if (server === undefined) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      logger.warn({ event: 'drain_timeout', timeoutMs }, 'in-flight calls did not finish in time; closing');
+      server.forceShutdown();
+      resolve();
+    }, timeoutMs);
+    server.tryShutdown(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
 }

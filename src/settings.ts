@@ -13,6 +13,16 @@ export interface Settings {
   httpPort: number;
   grpcHost: string;
   grpcPort: number;
+  adminHost: string;
+  adminPort: number;
+  grpcTls: boolean;
+  grpcTlsCert: string;
+  grpcTlsKey: string;
+  grpcTlsClientCa: string;
+  tlsReloadMs: number;
+  configWatch: boolean;
+  shutdownDelayMs: number;
+  drainTimeoutMs: number;
   logLevel: LogLevel;
   store: 'memory' | 'redis';
   memoryMaxKeys: number;
@@ -81,6 +91,16 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'httpPort', flag: 'http-port', env: ['HTTP_PORT', 'PORT'], kind: 'port', def: 8080, help: 'HTTP port (/json, /healthcheck, /rlconfig, /metrics)' },
   { key: 'grpcHost', flag: 'grpc-host', env: ['GRPC_HOST'], kind: 'string', def: '0.0.0.0', help: 'gRPC listen address' },
   { key: 'grpcPort', flag: 'grpc-port', env: ['GRPC_PORT'], kind: 'port', def: 8081, help: 'gRPC port (RLS, health, reflection)' },
+  { key: 'adminHost', flag: 'admin-host', env: ['ADMIN_HOST', 'DEBUG_HOST'], kind: 'string', def: '127.0.0.1', help: 'admin listen address (/rlconfig, /explain, /settings); localhost unless you open it' },
+  { key: 'adminPort', flag: 'admin-port', env: ['ADMIN_PORT', 'DEBUG_PORT'], kind: 'port', def: 6070, help: 'admin port (upstream debug port)' },
+  { key: 'grpcTls', flag: 'grpc-tls', env: ['GRPC_SERVER_USE_TLS'], kind: 'bool', def: false, help: 'TLS on the gRPC listener' },
+  { key: 'grpcTlsCert', flag: 'grpc-tls-cert', env: ['GRPC_SERVER_TLS_CERT'], kind: 'string', def: '', help: 'server certificate file (PEM)' },
+  { key: 'grpcTlsKey', flag: 'grpc-tls-key', env: ['GRPC_SERVER_TLS_KEY'], kind: 'string', def: '', help: 'server key file (PEM); never logged' },
+  { key: 'grpcTlsClientCa', flag: 'grpc-tls-client-ca', env: ['GRPC_CLIENT_TLS_CACERT'], kind: 'string', def: '', help: 'CA file: clients must present a certificate it signed (mTLS)' },
+  { key: 'tlsReloadMs', flag: 'tls-reload-interval', env: ['TLS_RELOAD_INTERVAL'], kind: 'duration', def: 5000, help: 'how often certificate files are checked for changes' },
+  { key: 'configWatch', flag: 'config-watch', env: ['CONFIG_WATCH'], kind: 'bool', def: true, help: 'reload when config files change (SIGHUP always reloads)' },
+  { key: 'shutdownDelayMs', flag: 'shutdown-delay', env: ['SHUTDOWN_DELAY'], kind: 'duration', def: 0, help: 'on SIGTERM, keep serving this long with health NOT_SERVING so load balancers drain' },
+  { key: 'drainTimeoutMs', flag: 'drain-timeout', env: ['DRAIN_TIMEOUT'], kind: 'duration', def: 10_000, help: 'on SIGTERM, longest wait for in-flight calls before closing' },
   { key: 'logLevel', flag: 'log-level', env: ['LOG_LEVEL'], kind: 'enum', def: 'info', choices: ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'], help: 'log level; request lines are logged at debug' },
   { key: 'store', flag: 'store', env: ['STORE', 'BACKEND_TYPE'], kind: 'enum', def: 'memory', choices: ['memory', 'redis'], help: 'counter store: memory (one process) or redis (shared by replicas)' },
   { key: 'memoryMaxKeys', flag: 'memory-max-keys', env: ['MEMORY_MAX_KEYS'], kind: 'int', def: 1_000_000, help: 'most counters the memory store keeps; beyond, least recently written are evicted' },

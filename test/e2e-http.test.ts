@@ -67,7 +67,8 @@ describe('HTTP endpoints', () => {
     const health = await s.http('/healthcheck');
     assert.equal(health.status, 200);
     assert.equal(await health.text(), 'OK');
-    const config = await (await s.http('/rlconfig')).text();
+    assert.equal((await s.http('/rlconfig')).status, 404, 'admin endpoints are not on the public port');
+    const config = await (await s.admin('/rlconfig')).text();
     assert.match(config, /edge\.tenant: unit=MINUTE requests_per_unit=10/);
     assert.match(config, /edge\.tenant_cust_ent_9942: .*algorithm=token_bucket/);
     const metrics = await (await s.http('/metrics')).text();

@@ -98,7 +98,11 @@ function assertHealthy(samples: Sample[], outageStart: number, redisBack: number
   assert.ok(samples.every((s) => s.ok), `${label}: a request was denied`);
   const slow = samples.filter((s) => s.ms > DEADLINE_MS + MARGIN_MS);
   assert.equal(slow.length, 0, `${label}: ${slow.length} answers slower than ${DEADLINE_MS + MARGIN_MS} ms (${summary(samples)})`);
-  assert.ok(samples.filter((s) => s.at < outageStart).every((s) => !s.degraded), `${label}: degraded before the fault`);
+  // Before the fault Redis answers; on two loaded cores an odd call may still miss the 10 ms deadline
+  // (and is rightly answered degraded), so only a small share is allowed.
+  const before = samples.filter((s) => s.at < outageStart);
+  const degradedBefore = before.filter((s) => s.degraded).length;
+  assert.ok(before.length > 0 && degradedBefore <= before.length * 0.05, `${label}: ${degradedBefore} of ${before.length} degraded before the fault`);
   assert.ok(samples.some((s) => s.degraded && s.at > outageStart), `${label}: no degraded answer during the fault`);
   const backOnRedis = samples.find((s) => s.at > redisBack && !s.degraded && samples.filter((x) => x.at > s.at).every((x) => !x.degraded));
   assert.ok(backOnRedis, `${label}: never back on Redis`);

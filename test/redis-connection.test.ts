@@ -1,7 +1,4 @@
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { after, describe, test } from 'node:test';
@@ -9,6 +6,7 @@ import { RateLimitResponse_Code as Code } from '../src/gen/envoy/service/ratelim
 import { createLogger } from '../src/logger';
 import type { Settings } from '../src/settings';
 import { d, startApp } from './support/app';
+import { makeCerts } from './support/certs';
 import { freePort, startCluster, startRedis, startSentinelSet, stopAll } from './support/redis';
 
 // The connection settings, end to end: the real service configured as a user would, against
@@ -45,15 +43,10 @@ describe('Redis connection settings', () => {
   });
 
   test('TLS with a CA, and mutual TLS with a client certificate', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-tls-'));
-    const f = (n: string) => path.join(dir, n);
-    const ssl = (...args: string[]) => execFileSync('openssl', args, { stdio: 'pipe' });
-    ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=sluice-test-ca', '-keyout', f('ca.key'), '-out', f('ca.crt'));
-    for (const name of ['server', 'client']) {
-      ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=127.0.0.1', '-keyout', f(`${name}.key`), '-out', f(`${name}.csr`));
-      fs.writeFileSync(f('san.ext'), 'subjectAltName=IP:127.0.0.1\n');
-      ssl('x509', '-req', '-in', f(`${name}.csr`), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial', '-days', '1', '-extfile', f('san.ext'), '-out', f(`${name}.crt`));
-    }
+    const certs = makeCerts();
+    certs.issue('server');
+    certs.issue('client');
+    const f = certs.file;
     const tlsPort = await freePort();
     const mtlsPort = await freePort();
     const tlsArgs = ['--tls-cert-file', f('server.crt'), '--tls-key-file', f('server.key'), '--tls-ca-cert-file', f('ca.crt')];

@@ -43,6 +43,10 @@ describe('fallback policies with Redis unreachable', () => {
     });
     try {
       assert.equal(s.app.health.status, 'SERVING');
+      const ready = await s.http('/healthcheck');
+      assert.equal(ready.status, 200);
+      assert.match(await ready.text(), /^OK \(degraded: Redis unreachable; fallback policy local\)$/);
+      assert.equal((await s.http('/livez')).status, 200);
       const call = (domain: string) => s.call({ domain, descriptors: [d(['tenant', 'x'])] });
       const local: Code[] = [];
       let last;

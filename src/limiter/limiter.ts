@@ -81,29 +81,46 @@ function toCheck(request: RateLimitRequest, m: MatchedLimit, hits: number, setti
   };
 }
 
-// Decides a whole request: one store call for all of its limits.
-export async function decideRequest(
-  config: CompiledConfig,
-  request: RateLimitRequest,
-  store: Store,
-  settings: LimiterSettings,
-  deadlineAt?: number,
-): Promise<LimitDecision> {
+export interface Plan {
+  limits: (MatchedLimit | undefined)[];
+  // The store checks, and for each descriptor the index of its check (none: no limit, unlimited).
+  checks: LimitCheck[];
+  checkIndex: (number | undefined)[];
+}
+
+// What a request asks of the store: one check per limited descriptor.
+export function planRequest(config: CompiledConfig, request: RateLimitRequest, settings: LimiterSettings): Plan {
   const limits = limitsFor(config, request);
   const checks: LimitCheck[] = [];
-  const checkIndex: number[] = [];
+  const checkIndex: (number | undefined)[] = [];
   limits.forEach((m, i) => {
     if (m === undefined || m.rule.unlimited) return;
     checkIndex[i] = checks.length;
     checks.push(toCheck(request, m, hitsFor(request, i), settings));
   });
-  const decision: Decision =
-    checks.length === 0
-      ? { admitted: true, outcomes: [] }
-      : await store.decide(checks, { countDeniedHits: settings.countDeniedHits, domain: request.domain, deadlineAt });
-  const results = limits.map((m, i) => resultFor(m, checks[checkIndex[i]], decision, checkIndex[i], hitsFor(request, i)));
+  return { limits, checks, checkIndex };
+}
+
+// Decides a whole request: one store call for all of its limits. With `peek`, the store only
+// says what it would decide (the explain endpoint) and nothing is consumed.
+export async function decideRequest(
+  config: CompiledConfig,
+  request: RateLimitRequest,
+  store: Store,
+  settings: LimiterSettings,
+  options: { deadlineAt?: number; peek?: boolean } = {},
+): Promise<LimitDecision & { plan: Plan }> {
+  const plan = planRequest(config, request, settings);
+  const { limits, checks, checkIndex } = plan;
+  const storeOptions = { countDeniedHits: settings.countDeniedHits, domain: request.domain, deadlineAt: options.deadlineAt };
+  let decision: Decision = { admitted: true, outcomes: [] };
+  if (checks.length > 0) decision = options.peek ? await store.peek(checks, storeOptions) : await store.decide(checks, storeOptions);
+  const results = limits.map((m, i) => {
+    const index = checkIndex[i];
+    return resultFor(m, index === undefined ? undefined : checks[index], decision, index, hitsFor(request, i));
+  });
   const overall: Code = decision.admitted || settings.globalShadowMode ? 'OK' : 'OVER_LIMIT';
-  return { overall, results, degraded: decision.degraded };
+  return { overall, results, degraded: decision.degraded, plan };
 }
 
 function resultFor(

@@ -74,9 +74,9 @@ export function createGrpcServer(deps: { service: RateLimitService; health: Heal
   return server;
 }
 
-export function bindGrpc(server: grpc.Server, host: string, port: number): Promise<number> {
+export function bindGrpc(server: grpc.Server, host: string, port: number, credentials = grpc.ServerCredentials.createInsecure()): Promise<number> {
   return new Promise((resolve, reject) => {
-    server.bindAsync(`${host}:${port}`, grpc.ServerCredentials.createInsecure(), (err, bound) =>
+    server.bindAsync(`${host}:${port}`, credentials, (err, bound) =>
       err ? reject(err) : resolve(bound),
     );
   });

@@ -11,8 +11,16 @@ export class HealthState extends EventEmitter {
   private configLoaded = false;
   private shuttingDown = false;
 
-  constructor(private readonly storeReady: () => boolean) {
+  constructor(
+    private readonly storeReady: () => boolean,
+    private readonly storeDegraded: () => string | undefined = () => undefined,
+  ) {
     super();
+  }
+
+  // Serving, but not as intended (e.g. Redis unreachable, a fallback answers).
+  degraded(): string | undefined {
+    return this.status === 'SERVING' ? this.storeDegraded() : undefined;
   }
 
   setConfigLoaded(loaded: boolean): void {

@@ -17,14 +17,17 @@ export interface HttpDeps {
   metrics: Metrics;
   config: ConfigHolder;
   logger: Logger;
+  settingsDump: () => Record<string, unknown>;
 }
 
-function send(res: http.ServerResponse, status: number, body: string, type = 'text/plain; charset=utf-8'): void {
+export type Route = (req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps) => Promise<void> | void;
+
+export function send(res: http.ServerResponse, status: number, body: string, type = 'text/plain; charset=utf-8'): void {
   res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body) });
   res.end(body);
 }
 
-function readBody(req: http.IncomingMessage): Promise<string> {
+export function readBody(req: http.IncomingMessage): Promise<string> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -38,7 +41,7 @@ function readBody(req: http.IncomingMessage): Promise<string> {
   });
 }
 
-function parseRequest(body: string): RateLimitRequest {
+export function parseRequest(body: string): RateLimitRequest {
   let parsed: unknown;
   try {
     parsed = JSON.parse(body);
@@ -80,33 +83,66 @@ async function handleJson(req: http.IncomingMessage, res: http.ServerResponse, d
   }
 }
 
-async function route(req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): Promise<void> {
-  const url = (req.url ?? '/').split('?')[0];
-  const method = req.method ?? 'GET';
-  if (url === '/json') {
-    if (method !== 'POST') return send(res, 405, 'use POST\n');
-    return handleJson(req, res, deps);
-  }
-  if (method !== 'GET' && method !== 'HEAD') return send(res, 405, 'use GET\n');
-  switch (url) {
-    case '/healthcheck': {
-      const ok = deps.health.status === 'SERVING';
-      return send(res, ok ? 200 : 500, ok ? 'OK' : `NOT_SERVING: ${deps.health.reasons().join(', ')}\n`);
-    }
-    case '/rlconfig': {
-      const config = deps.config.config;
-      return config === undefined ? send(res, 503, 'no config loaded\n') : send(res, 200, dumpConfig(config));
-    }
-    case '/metrics':
-      return send(res, 200, await deps.metrics.registry.metrics(), deps.metrics.registry.contentType);
-    default:
-      return send(res, 404, 'not found\n');
+// Readiness (upstream's /healthcheck): 200 while serving, degraded or not; 500 with the reasons
+// when not (no config, store unusable, shutting down).
+function readiness(_req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): void {
+  if (deps.health.status !== 'SERVING') return send(res, 500, `NOT_SERVING: ${deps.health.reasons().join(', ')}\n`);
+  const degraded = deps.health.degraded();
+  send(res, 200, degraded === undefined ? 'OK' : `OK (degraded: ${degraded})`);
+}
+
+async function metrics(_req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): Promise<void> {
+  send(res, 200, await deps.metrics.registry.metrics(), deps.metrics.registry.contentType);
+}
+
+function rlconfig(_req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): void {
+  const config = deps.config.config;
+  if (config === undefined) return send(res, 503, 'no config loaded\n');
+  send(res, 200, dumpConfig(config));
+}
+
+// POST /explain: the RLS request as JSON → what each descriptor matches and what would be
+// decided, without consuming anything.
+async function explain(req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): Promise<void> {
+  try {
+    const out = await deps.service.explain(parseRequest(await readBody(req)));
+    send(res, 200, `${JSON.stringify(out, null, 2)}\n`, 'application/json');
+  } catch (err) {
+    const mapped = mapError(err);
+    send(res, mapped.http, JSON.stringify({ error: mapped.message, code: mapped.label }), 'application/json');
   }
 }
 
-export function createHttpServer(deps: HttpDeps): http.Server {
+// The main HTTP listener (PORT): the RLS as JSON, health and metrics.
+export const MAIN_ROUTES: Record<string, { method: string; handle: Route }> = {
+  '/json': { method: 'POST', handle: handleJson },
+  '/healthcheck': { method: 'GET', handle: readiness },
+  '/readyz': { method: 'GET', handle: readiness },
+  // Liveness: the process answers; degraded or draining is not a reason to restart it.
+  '/livez': { method: 'GET', handle: (_q, res) => send(res, 200, 'OK') },
+  '/metrics': { method: 'GET', handle: metrics },
+};
+
+// The admin listener (ADMIN_PORT, localhost unless configured): config, explain, settings.
+export const ADMIN_ROUTES: Record<string, { method: string; handle: Route }> = {
+  '/rlconfig': { method: 'GET', handle: rlconfig },
+  '/explain': { method: 'POST', handle: explain },
+  '/settings': { method: 'GET', handle: (_q, res, deps) => send(res, 200, `${JSON.stringify(deps.settingsDump(), null, 2)}\n`, 'application/json') },
+  '/metrics': { method: 'GET', handle: metrics },
+  '/healthcheck': { method: 'GET', handle: readiness },
+};
+
+async function route(routes: Record<string, { method: string; handle: Route }>, req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): Promise<void> {
+  const r = routes[(req.url ?? '/').split('?')[0]];
+  if (r === undefined) return send(res, 404, 'not found\n');
+  const method = req.method ?? 'GET';
+  if (method !== r.method && !(r.method === 'GET' && method === 'HEAD')) return send(res, 405, `use ${r.method}\n`);
+  await r.handle(req, res, deps);
+}
+
+export function createHttpServer(deps: HttpDeps, routes = MAIN_ROUTES): http.Server {
   return http.createServer((req, res) => {
-    route(req, res, deps).catch((err: unknown) => {
+    route(routes, req, res, deps).catch((err: unknown) => {
       deps.logger.error({ err, event: 'http_error' }, 'HTTP handler failed');
       if (!res.headersSent) send(res, 500, 'internal error\n');
     });

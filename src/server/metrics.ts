@@ -19,6 +19,7 @@ export class Metrics {
   readonly overLimitCacheHits: Counter;
   readonly writeBackHits: Counter<'result'>;
   readonly leaseUnits: Counter<'event'>;
+  readonly storeDuration: Histogram<'operation' | 'result'>;
   readonly leaseServed: Counter;
   readonly memoryKeys: Gauge;
   memoryKeysSource?: () => number;
@@ -37,6 +38,7 @@ export class Metrics {
     this.storeFailures = new Counter({ name: 'sluice_store_failures_total', help: 'Redis calls that failed (error) or missed their deadline (timeout)', labelNames: ['kind'], registers });
     this.overLimitCacheHits = new Counter({ name: 'sluice_over_limit_cache_hits_total', help: 'Requests answered OVER_LIMIT from the over-limit cache, without Redis', registers });
     this.writeBackHits = new Counter({ name: 'sluice_fallback_write_back_hits_total', help: 'Hits admitted by the local fallback and written back to Redis (result: ok, error)', labelNames: ['result'], registers });
+    this.storeDuration = new Histogram({ name: 'sluice_store_duration_seconds', help: 'Redis script calls by operation (decide, refund, absorb, lease) and result (ok, error)', labelNames: ['operation', 'result'], buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1], registers });
     this.leaseUnits = new Counter({ name: 'sluice_lease_units_total', help: 'Units of hot-key leases taken from and returned to Redis', labelNames: ['event'], registers });
     this.leaseServed = new Counter({ name: 'sluice_lease_hits_served_locally_total', help: 'Hits served from leases without a Redis call (released reservations not counted)', registers });
     const keys = this;

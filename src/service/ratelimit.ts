@@ -7,6 +7,7 @@ import type { RateLimitRequest } from '../model';
 import type { Metrics } from '../server/metrics';
 import type { Settings } from '../settings';
 import type { Store } from '../store/store';
+import { explainRequest } from './explain';
 import { requestFromProto } from './request';
 import { responseToProto, type ResponseOptions } from './response';
 
@@ -51,12 +52,23 @@ export class RateLimitService {
     if (config === undefined) throw new UnavailableError('no rate limit configuration loaded');
     let decision: LimitDecision;
     try {
-      decision = await decideRequest(config, request, this.deps.store, this.limiter, call.deadlineAt);
+      decision = await decideRequest(config, request, this.deps.store, this.limiter, { deadlineAt: call.deadlineAt });
     } catch (err) {
       throw err instanceof UnavailableError ? err : new UnavailableError('counter store failed', { cause: err });
     }
     this.record(request, decision);
     return responseToProto(request, decision, this.responseOptions);
+  }
+
+  async explain(pb: PbRequest): Promise<Record<string, unknown>> {
+    const request = requestFromProto(pb);
+    const config = this.deps.config.config;
+    if (config === undefined) throw new UnavailableError('no rate limit configuration loaded');
+    try {
+      return await explainRequest(config, request, this.deps.store, this.limiter);
+    } catch (err) {
+      throw err instanceof UnavailableError ? err : new UnavailableError('counter store failed', { cause: err });
+    }
   }
 
   private record(request: RateLimitRequest, decision: LimitDecision): void {

@@ -47,7 +47,11 @@ export class MemoryStore implements Store {
     return this.decideNow(checks, options);
   }
 
-  decideNow(checks: readonly LimitCheck[], options: DecideOptions): Decision {
+  async peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    return this.decideNow(checks, options, true);
+  }
+
+  decideNow(checks: readonly LimitCheck[], options: DecideOptions, dryRun = false): Decision {
     const now = this.clock.now();
     // Limits of one request that share a key see each other's hits, in request order.
     const working = new Map<string, State | undefined>();
@@ -66,7 +70,7 @@ export class MemoryStore implements Store {
     );
     const outcomes: LimitOutcome[] = checks.map((check, i) => {
       const v = verdicts[i];
-      const consume = v.next !== undefined && (options.countDeniedHits || (admitted && v.allowed));
+      const consume = !dryRun && v.next !== undefined && (options.countDeniedHits || (admitted && v.allowed));
       const impl = ALGORITHM_IMPLS[check.algorithm];
       const after = consume ? v.next : before[i];
       if (consume) this.write(check, v.next as State, now);

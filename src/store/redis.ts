@@ -54,7 +54,11 @@ export interface RedisStoreOptions {
   cluster: boolean;
   // Tests only: pass this clock's time to the scripts instead of Redis' TIME.
   explicitClock?: Clock;
+  // Every script call's duration, by operation (decide, refund, absorb, lease), for metrics.
+  observe?: (operation: string, seconds: number, ok: boolean) => void;
 }
+
+const OPERATION: Record<ScriptName, string> = { sluiceDecide: 'decide', sluiceRefund: 'refund', sluiceAbsorb: 'absorb', sluiceLease: 'lease' };
 
 // Counters in Redis. One script call decides a whole request; on Redis Cluster one call per hash
 // slot group, in parallel, and a compensating refund when one group denies after others consumed.
@@ -126,6 +130,13 @@ export class RedisStore implements Store {
     await this.run('sluiceRefund', 1, [spec.key, ...args]);
   }
 
+  async peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    const groups = await Promise.all(this.groups(checks).map((g) => this.decideGroup(checks, g, options, 'peek')));
+    const outcomes: LimitOutcome[] = [];
+    for (const g of groups) g.checks.forEach((i, j) => (outcomes[i] = strip(g.outcomes[j])));
+    return { admitted: admits(checks.map((c) => c.mode), outcomes.map((o) => o.allowed)), outcomes };
+  }
+
   // Checks grouped by the node that must run them: everything together on a single Redis; by
   // hash slot on a cluster (a script may only touch keys of one slot).
   private groups(checks: readonly { key: string }[]): number[][] {
@@ -147,6 +158,18 @@ export class RedisStore implements Store {
   // EVALSHA, reloading on NOSCRIPT. ioredis re-sends once, but a second flush (or failover) can
   // land between its reload and the retry; then EVAL with the whole script, which cannot miss.
   private async run(name: ScriptName, numKeys: number, args: (string | number)[]): Promise<unknown> {
+    const start = performance.now();
+    let ok = false;
+    try {
+      const result = await this.call(name, numKeys, args);
+      ok = true;
+      return result;
+    } finally {
+      this.options.observe?.(OPERATION[name], (performance.now() - start) / 1000, ok);
+    }
+  }
+
+  private async call(name: ScriptName, numKeys: number, args: (string | number)[]): Promise<unknown> {
     const client = this.client();
     try {
       return await client[name](numKeys, ...args);
@@ -160,7 +183,7 @@ export class RedisStore implements Store {
     return this.options.explicitClock === undefined ? '' : String(this.options.explicitClock.now());
   }
 
-  private async decideGroup(all: readonly LimitCheck[], idx: number[], options: DecideOptions, scope: 'request' | 'group'): Promise<GroupResult> {
+  private async decideGroup(all: readonly LimitCheck[], idx: number[], options: DecideOptions, scope: 'request' | 'group' | 'peek'): Promise<GroupResult> {
     const checks = idx.map((i) => all[i]);
     const args: (string | number)[] = [options.countDeniedHits ? '1' : '0', this.time(), scope];
     for (const c of checks) args.push(c.algorithm, c.limit, c.periodMs, c.burst, c.hits, c.mode);

@@ -92,9 +92,33 @@ export class ResilientStore implements Store {
     this.primary.onReadyChange(listener);
   }
 
+  degraded(): string | undefined {
+    if (this.primary.ready() && this.breaker.current === 'closed') return undefined;
+    const why = this.primary.ready() ? `circuit breaker ${this.breaker.current}` : 'Redis unreachable';
+    return `${why}; fallback policy ${this.o.policy}`;
+  }
+
   async close(): Promise<void> {
     await this.leases?.close();
     await Promise.all([this.primary.close(), this.local.close()]);
+  }
+
+  // What decide() would answer now, consuming nothing: Redis within the deadline, else the local
+  // fallback's view (marked degraded).
+  async peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    let timer: NodeJS.Timeout | undefined;
+    const budget = Math.max(1, this.budgetMs(options));
+    const deadline = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new DeadlineExceeded('deadline')), budget)));
+    try {
+      if (this.breaker.current !== 'closed') throw new Error('circuit breaker open');
+      return await Promise.race([this.primary.peek(checks, options), deadline]);
+    } catch (err) {
+      const scaled = checks.map((c) => ({ ...c, limit: this.scale(c.limit), burst: this.scale(c.burst) }));
+      const local = await this.local.peek(scaled, options);
+      return { ...local, degraded: { policy: 'local', reason: (err as Error).message } };
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {

@@ -47,8 +47,12 @@ export interface DecideOptions {
 export interface Store {
   readonly kind: string;
   decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision>;
+  // The decision decide() would make now, without writing anything (the explain endpoint).
+  peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision>;
   // Reachable and able to decide (health checks).
   ready(): boolean;
+  // Why answers are degraded right now (a fallback decides), if they are.
+  degraded?(): string | undefined;
   // Called whenever ready() may have changed (connections come and go).
   onReadyChange?(listener: () => void): void;
   close(): Promise<void>;

@@ -12,26 +12,30 @@ export interface Running {
   app: App;
   grpcPort: number;
   httpPort: number;
+  adminPort: number;
   client: RateLimitServiceClient;
   call(request: Partial<RateLimitRequest>): Promise<RateLimitResponse>;
   http(path: string, init?: RequestInit): Promise<Response>;
+  admin(path: string, init?: RequestInit): Promise<Response>;
   stop(): Promise<void>;
 }
 
 // Boots the real service in this process on free loopback ports, with a gRPC client to it.
 export async function startApp(overrides: Partial<Settings>, options: AppOptions = {}): Promise<Running> {
-  const settings = defaultSettings({ host: '127.0.0.1', grpcHost: '127.0.0.1', httpPort: 0, grpcPort: 0, logLevel: 'silent', ...overrides });
+  const settings = defaultSettings({ host: '127.0.0.1', grpcHost: '127.0.0.1', httpPort: 0, grpcPort: 0, adminPort: 0, configWatch: false, logLevel: 'silent', ...overrides });
   const app = createApp(settings, { logger: createLogger(settings.logLevel), ...options });
-  const { grpcPort, httpPort } = await app.start();
+  const { grpcPort, httpPort, adminPort } = await app.start();
   const client = new RateLimitServiceClient(`127.0.0.1:${grpcPort}`, grpc.credentials.createInsecure());
   const call = (request: Partial<RateLimitRequest>) => callRls(client, request);
   return {
     app,
     grpcPort,
     httpPort,
+    adminPort,
     client,
     call,
     http: (path, init) => fetch(`http://127.0.0.1:${httpPort}${path}`, init),
+    admin: (path, init) => fetch(`http://127.0.0.1:${adminPort}${path}`, init),
     async stop() {
       client.close();
       await app.stop();

@@ -9,6 +9,7 @@ export interface ServerProcess {
   child: ChildProcess;
   grpcPort: number;
   httpPort: number;
+  adminPort: number;
   // Every JSON log line the process printed so far, parsed.
   logs: Record<string, unknown>[];
   waitForLog(predicate: (line: Record<string, unknown>) => boolean, timeoutMs?: number): Promise<Record<string, unknown>>;
@@ -18,7 +19,7 @@ export interface ServerProcess {
 // Runs the real CLI (`node dist/src/main.js serve ...`) and waits for its "listening" log line,
 // which carries the ports it bound.
 export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}): Promise<ServerProcess> {
-  const child = spawn(process.execPath, [MAIN, 'serve', '--grpc-port', '0', '--http-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1', ...args], {
+  const child = spawn(process.execPath, [MAIN, 'serve', '--grpc-port', '0', '--http-port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1', ...args], {
     cwd: REPO,
     env: { PATH: process.env.PATH, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -57,6 +58,7 @@ export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}): 
     child,
     grpcPort: listening.grpcPort as number,
     httpPort: listening.httpPort as number,
+    adminPort: listening.adminPort as number,
     logs,
     waitForLog,
     async stop(signal: NodeJS.Signals = 'SIGTERM') {

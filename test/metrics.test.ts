@@ -1,0 +1,84 @@
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, describe, test } from 'node:test';
+import { d, startApp } from './support/app';
+import { startRedis, stopAll } from './support/redis';
+
+// /metrics is read by Prometheus: it must parse as the text exposition format, and its counters
+// must equal what was sent.
+
+after(() => stopAll());
+
+interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
+
+// A strict reader of the Prometheus text format (version 0.0.4): every line is a comment, blank,
+// or `name{label="value",...} number`; every sample's family has a TYPE line before it.
+function parseExposition(text: string): Sample[] {
+  const typed = new Set<string>();
+  const samples: Sample[] = [];
+  for (const [i, line] of text.split('\n').entries()) {
+    if (line === '') continue;
+    const type = /^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)$/.exec(line);
+    if (type) {
+      typed.add(type[1]);
+      continue;
+    }
+    if (line.startsWith('# HELP ')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (-?(?:\d+(?:\.\d+)?(?:e[+-]?\d+)?|NaN|\+Inf|-Inf))$/.exec(line);
+    assert.ok(m, `line ${i + 1} is not exposition format: ${line}`);
+    const labels: Record<string, string> = {};
+    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)",?/g)) labels[l[1]] = l[2];
+    const family = m[1].replace(/_(bucket|sum|count)$/, '');
+    assert.ok(typed.has(m[1]) || typed.has(family), `line ${i + 1}: ${m[1]} has no TYPE`);
+    samples.push({ name: m[1], labels, value: Number(m[3]) });
+  }
+  return samples;
+}
+
+function value(samples: Sample[], name: string, labels: Record<string, string> = {}): number {
+  const found = samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v));
+  return found.reduce((a, s) => a + s.value, 0);
+}
+
+describe('/metrics', () => {
+  test('parses, and its counters match the requests sent (Redis store)', async () => {
+    const redis = await startRedis();
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-metrics-'));
+    fs.writeFileSync(path.join(dir, 'm.yaml'), 'domain: m\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 7 }\n');
+    const s = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${redis.port}`, storeDeadlineMs: 2000, fallbackPolicy: 'deny' });
+    try {
+      while (!(await s.http('/healthcheck')).ok) await new Promise((r) => setTimeout(r, 20));
+      for (let i = 0; i < 12; i++) await s.call({ domain: 'm', descriptors: [d(['k', 'v'])] });
+      await s.call({ domain: 'nope', descriptors: [d(['k', 'v'])] });
+      await s.call({ domain: '', descriptors: [d(['k', 'v'])] }).catch(() => undefined);
+      await s.http('/json', { method: 'POST', body: JSON.stringify({ domain: 'm', descriptors: [{ entries: [{ key: 'k', value: 'w' }] }] }) });
+      const samples = parseExposition(await (await s.http('/metrics')).text());
+      assert.equal(value(samples, 'sluice_requests_total', { transport: 'grpc', code: 'OK' }), 8);
+      assert.equal(value(samples, 'sluice_requests_total', { transport: 'grpc', code: 'OVER_LIMIT' }), 5);
+      assert.equal(value(samples, 'sluice_requests_total', { transport: 'grpc', code: 'INVALID_ARGUMENT' }), 1);
+      assert.equal(value(samples, 'sluice_requests_total', { transport: 'http', code: 'OK' }), 1);
+      assert.equal(value(samples, 'sluice_request_duration_seconds_count', { transport: 'grpc' }), 14);
+      const rule = { domain: 'm', key1: 'k' };
+      assert.equal(value(samples, 'ratelimit_service_rate_limit_total_hits', rule), 13);
+      assert.equal(value(samples, 'ratelimit_service_rate_limit_within_limit', rule), 8);
+      assert.equal(value(samples, 'ratelimit_service_rate_limit_over_limit', rule), 5);
+      // near_limit: hits past floor(0.8 × 7) = 5 within the limit (6th, 7th), and the step from 5 to 7 of the first denial.
+      assert.equal(value(samples, 'ratelimit_service_rate_limit_near_limit', rule), 2);
+      // 7 admitted + the first denial + the JSON call reach Redis; the other 4 denials come from the
+      // over-limit cache.
+      assert.equal(value(samples, 'sluice_store_duration_seconds_count', { operation: 'decide', result: 'ok' }), 9);
+      assert.equal(value(samples, 'sluice_over_limit_cache_hits_total'), 4);
+      assert.equal(value(samples, 'sluice_config_loads_total', { result: 'success' }), 1);
+      assert.ok(value(samples, 'sluice_config_last_load_success_timestamp_seconds') > 1.7e9);
+      assert.equal(value(samples, 'sluice_breaker_state'), 0);
+    } finally {
+      await s.stop();
+    }
+  });
+});
