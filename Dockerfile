@@ -1,0 +1,31 @@
+# syntax=docker/dockerfile:1
+
+# Build: compile TypeScript with the dev dependencies.
+FROM node:20-alpine AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci
+COPY tsconfig.json ./
+COPY src ./src
+RUN npm run build
+
+# Runtime: production dependencies and what package.json publishes (dist/src, proto, lua, examples).
+FROM node:20-alpine AS runtime
+ENV NODE_ENV=production
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev && npm cache clean --force
+COPY --from=build /app/dist/src ./dist/src
+# Read at run time: the gRPC reflection protos and the Redis scripts.
+COPY proto ./proto
+COPY lua ./lua
+COPY examples ./examples
+# A config to start with; mount yours over /etc/sluice.
+COPY examples/config /etc/sluice
+USER node
+EXPOSE 8080 8081
+# Port 8080 is the default HTTP_PORT; change it here too if you change that.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:8080/healthcheck').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+ENTRYPOINT ["node", "dist/src/main.js"]
+CMD ["serve", "--config", "/etc/sluice"]
