@@ -123,9 +123,11 @@ export class ResilientStore implements Store {
 
   async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
     const now = this.o.clock.now();
+    // Upstream counting wants every hit in Redis, so neither the cache nor leases apply then.
+    if (options.countDeniedHits) return this.decideShared(checks, options, now);
     const cached = this.cachedDenial(checks, now);
     if (cached !== undefined) return cached;
-    if (this.leases === undefined || options.countDeniedHits) return this.decideShared(checks, options, now);
+    if (this.leases === undefined) return this.decideShared(checks, options, now);
     return this.decideWithLeases(this.leases, checks, options, now);
   }
 
