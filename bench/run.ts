@@ -1,5 +1,5 @@
 import os from 'node:os';
-import { grpcBench } from './grpc-load';
+import { grpcBench, type GrpcRow } from './grpc-load';
 import { memoryPerKey, microBench } from './micro';
 import { redisMemory } from './redis-memory';
 
@@ -25,8 +25,22 @@ async function main(): Promise<void> {
   const requests = Number(process.env.BENCH_REQUESTS ?? 100_000);
   console.log(`\ngRPC over loopback, h2load -c 4 -m 32, ${fmt(requests)} requests each:`);
   const grpc = await grpcBench(requests);
-  if (typeof grpc === 'string') console.log(`  ${grpc}`);
-  else for (const r of grpc) console.log(`  ${r.name.padEnd(44)} ${fmt(r.reqPerSec).padStart(9)} req/s   ${r.ratio.toFixed(3)} x baseline`);
+  if (typeof grpc === 'string') {
+    console.log(`  ${grpc}`);
+    return;
+  }
+  const table = (label: string, rows: GrpcRow[]) => {
+    console.log(`  ${label}:`);
+    for (const r of rows) console.log(`    ${r.name.padEnd(44)} ${fmt(r.reqPerSec).padStart(9)} req/s   ${r.ratio.toFixed(3)} x baseline`);
+  };
+  table('memory store', grpc.memory);
+  if (typeof grpc.redis === 'string') console.log(`  Redis store: ${grpc.redis}`);
+  else {
+    table('Redis store (one Lua script per request, no leases, every answer a Redis decision)', grpc.redis);
+    const redis = grpc.redis;
+    console.log('  Redis store / memory store, same run:');
+    grpc.memory.slice(1).forEach((m, i) => console.log(`    ${m.name.padEnd(44)} ${(redis[i + 1].reqPerSec / m.reqPerSec).toFixed(3)}`));
+  }
 }
 
 main().catch((err: unknown) => {
