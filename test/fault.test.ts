@@ -7,7 +7,7 @@ import * as grpc from '@grpc/grpc-js';
 import { RateLimitResponse_Code as Code, RateLimitServiceClient } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { callRls, d } from './support/app';
 import { type ServerProcess, spawnServer } from './support/process';
-import { type RedisNode, startCluster, startRedis, stopAll } from './support/redis';
+import { type RedisNode, scriptCalls, startCluster, startRedis, stopAll } from './support/redis';
 
 // The fault suite: real sluice processes under steady load from several clients while their
 // Redis is killed, frozen, or loses a cluster primary. No RPC may fail, every answer must come
@@ -182,18 +182,14 @@ describe('fault suite', () => {
     const redis = await startRedis();
     const [proc] = await servers(['--redis-url', `127.0.0.1:${redis.port}`, '--store-deadline', '1s'], 1);
     const client = new RateLimitServiceClient(`127.0.0.1:${proc.grpcPort}`, grpc.credentials.createInsecure());
-    const scriptCalls = async () => {
-      const stats = await redis.cli('INFO', 'commandstats');
-      return [...stats.matchAll(/cmdstat_(?:evalsha|eval):calls=(\d+)/g)].reduce((a, m) => a + Number(m[1]), 0);
-    };
     try {
       const req = { domain: 'fault', descriptors: [d(['exhausted', 'k'])] };
       for (let i = 0; i < 5; i++) assert.equal((await callRls(client, req)).overallCode, Code.OK);
       assert.equal((await callRls(client, req)).overallCode, Code.OVER_LIMIT);
-      const before = await scriptCalls();
+      const before = await scriptCalls(redis);
       const flood = await Promise.all(Array.from({ length: 1000 }, () => callRls(client, req)));
       assert.ok(flood.every((r) => r.overallCode === Code.OVER_LIMIT));
-      assert.equal(await scriptCalls(), before, 'the flood reached Redis');
+      assert.equal(await scriptCalls(redis), before, 'the flood reached Redis');
       const metrics = await (await fetch(`http://127.0.0.1:${proc.httpPort}/metrics`)).text();
       assert.match(metrics, /^sluice_over_limit_cache_hits_total 1000$/m);
     } finally {

@@ -7,7 +7,7 @@ import * as grpc from '@grpc/grpc-js';
 import { RateLimitResponse_Code as Code, RateLimitServiceClient } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { callRls, d } from './support/app';
 import { spawnServer } from './support/process';
-import { type RedisNode, startRedis, stopAll } from './support/redis';
+import { scriptCalls, startRedis, stopAll } from './support/redis';
 import { DAY_MS, awayFromWindowEdge } from './support/time';
 
 // Hot keys served from leased batches: 4 replicas each drive one shared key far above its limit.
@@ -26,11 +26,6 @@ descriptors:
 `;
 
 after(() => stopAll());
-
-async function scriptCalls(redis: RedisNode): Promise<number> {
-  const stats = await redis.cli('INFO', 'commandstats');
-  return [...stats.matchAll(/cmdstat_(?:evalsha|eval):calls=(\d+)/g)].reduce((a, m) => a + Number(m[1]), 0);
-}
 
 async function drive(rule: string, extraArgs: string[]): Promise<{ decisions: number; admitted: number; calls: number; limit: number; ms: number }> {
   const redis = await startRedis();

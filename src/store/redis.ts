@@ -144,7 +144,9 @@ export class RedisStore implements Store {
     const bySlot = new Map<number, number[]>();
     checks.forEach((c, i) => {
       const slot = calculateSlot(c.key);
-      bySlot.set(slot, [...(bySlot.get(slot) ?? []), i]);
+      const group = bySlot.get(slot);
+      if (group === undefined) bySlot.set(slot, [i]);
+      else group.push(i);
     });
     return [...bySlot.values()];
   }

@@ -36,6 +36,14 @@ export interface ResilienceOptions {
 
 class DeadlineExceeded extends Error {}
 
+// Bounds the write-back journal (distinct counters touched while Redis was away).
+const MAX_JOURNAL = 100_000;
+
+interface JournalRef {
+  key: string;
+  hits: number;
+}
+
 // The shared store behind a deadline, a circuit breaker and a local fallback, with a cache of keys
 // known to be over their limit. When Redis is slow or gone sluice keeps answering, within the
 // caller's deadline, and says that it is degraded.
@@ -113,8 +121,7 @@ export class ResilientStore implements Store {
       if (this.breaker.current !== 'closed') throw new Error('circuit breaker open');
       return await Promise.race([this.primary.peek(checks, options), deadline]);
     } catch (err) {
-      const scaled = checks.map((c) => ({ ...c, limit: this.scale(c.limit), burst: this.scale(c.burst) }));
-      const local = await this.local.peek(scaled, options);
+      const local = await this.local.peek(this.scaled(checks), options);
       return { ...local, degraded: { policy: 'local', reason: (err as Error).message } };
     } finally {
       clearTimeout(timer);
@@ -134,7 +141,8 @@ export class ResilientStore implements Store {
   // Leased limits are reserved locally; the rest is decided by Redis (or the fallback); if that
   // denies the request, the local reservations are released: still all-or-nothing.
   private async decideWithLeases(leases: LeaseManager, checks: readonly LimitCheck[], options: DecideOptions, now: number): Promise<Decision> {
-    const reserved = await Promise.all(checks.map((c) => leases.reserve(c, Math.max(0, this.budgetMs(options)))));
+    const waitMs = Math.max(0, this.budgetMs(options));
+    const reserved = await Promise.all(checks.map((c) => leases.reserve(c, waitMs)));
     const rest = checks.map((_, i) => i).filter((i) => reserved[i] === undefined);
     // A take may have just found a key exhausted: answer from the over-limit cache.
     const cached = rest.length > 0 ? this.cachedDenial(checks, this.o.clock.now()) : undefined;
@@ -148,7 +156,7 @@ export class ResilientStore implements Store {
     }
     let shared: Decision;
     try {
-      shared = rest.length === checks.length ? await this.decideShared(checks, options, now) : await this.decideShared(rest.map((i) => checks[i]), options, now);
+      shared = await this.decideShared(rest.length === checks.length ? checks : rest.map((i) => checks[i]), options, now);
     } catch (err) {
       for (const r of reserved) if (r !== undefined) leases.release(r);
       throw err;
@@ -188,9 +196,10 @@ export class ResilientStore implements Store {
       const message = (err as Error).message;
       this.o.events.storeFailure(timeout ? 'timeout' : 'error', message);
       this.breaker.failure(message);
-      const answer = this.fallback(checks, options, timeout ? 'store deadline exceeded' : `store error: ${message}`);
+      const journaled: JournalRef[] = [];
+      const answer = this.fallback(checks, options, timeout ? 'store deadline exceeded' : `store error: ${message}`, journaled);
       // A late answer means Redis counted the hits after all: do not write them back again.
-      if (timeout) void call.then(() => this.unjournal(checks, answer), () => undefined);
+      if (timeout) void call.then(() => this.unjournal(journaled), () => undefined);
       return answer;
     } finally {
       clearTimeout(timer);
@@ -203,10 +212,14 @@ export class ResilientStore implements Store {
   }
 
   private cachedDenial(checks: readonly LimitCheck[], now: number): Decision | undefined {
-    const i = checks.findIndex((c) => c.mode === 'enforce' && this.overLimit.deniedUntil(c.key, c.hits, now) !== undefined);
-    if (i < 0) return undefined;
+    let i = -1;
+    let until: number | undefined;
+    while (until === undefined && ++i < checks.length) {
+      if (checks[i].mode === 'enforce') until = this.overLimit.deniedUntil(checks[i].key, checks[i].hits, now);
+    }
+    if (until === undefined) return undefined;
     this.o.events.overLimitCacheHit();
-    const wait = (this.overLimit.deniedUntil(checks[i].key, checks[i].hits, now) as number) - now;
+    const wait = until - now;
     const outcomes: LimitOutcome[] = checks.map((_, j) =>
       j === i
         ? { allowed: false, consumed: false, remaining: 0, resetMs: wait, retryAfterMs: wait, usedBefore: checks[i].limit }
@@ -224,7 +237,9 @@ export class ResilientStore implements Store {
     });
   }
 
-  private fallback(checks: readonly LimitCheck[], options: DecideOptions, reason: string): Decision {
+  // `journaled` collects what the local fallback journaled for write-back, so that a late Redis
+  // answer for the same request can take it out again.
+  private fallback(checks: readonly LimitCheck[], options: DecideOptions, reason: string, journaled: JournalRef[] = []): Decision {
     const policy = (options.domain !== undefined && this.o.domainPolicies.get(options.domain)) || this.o.policy;
     this.o.events.degraded(policy, reason);
     if (policy === 'deny') throw new UnavailableError(`counter store unavailable (${reason}); fallback policy is deny`);
@@ -232,17 +247,20 @@ export class ResilientStore implements Store {
       const outcomes = checks.map((c) => ({ allowed: true, consumed: false, remaining: c.limit, resetMs: 0, retryAfterMs: 0, usedBefore: 0 }));
       return { admitted: true, outcomes, degraded: { policy, reason } };
     }
-    const scaled = checks.map((c) => ({ ...c, limit: this.scale(c.limit), burst: this.scale(c.burst) }));
-    const decision = this.local.decideNow(scaled, options);
+    const decision = this.local.decideNow(this.scaled(checks), options);
     const now = this.o.clock.now();
     decision.outcomes.forEach((o, i) => {
-      if (o.consumed && checks[i].hits > 0) this.journalAdd(checks[i], now);
+      if (!o.consumed || checks[i].hits <= 0) return;
+      const key = this.journalAdd(checks[i], now);
+      if (key !== undefined) journaled.push({ key, hits: checks[i].hits });
     });
     return { ...decision, degraded: { policy, reason } };
   }
 
-  private scale(n: number): number {
-    return n <= 0 ? n : Math.max(1, Math.floor(n * this.o.share));
+  // The limits the local fallback enforces: each a FALLBACK_SHARE of the global one, at least 1.
+  private scaled(checks: readonly LimitCheck[]): LimitCheck[] {
+    const scale = (n: number) => (n <= 0 ? n : Math.max(1, Math.floor(n * this.o.share)));
+    return checks.map((c) => ({ ...c, limit: scale(c.limit), burst: scale(c.burst) }));
   }
 
   // Windows journal per window (only hits of a still-open window are written back); buckets per key.
@@ -251,30 +269,27 @@ export class ResilientStore implements Store {
     return windowed ? `${c.key}#${windowStart(now, c.periodMs)}` : c.key;
   }
 
-  private journalAdd(c: LimitCheck, now: number): void {
+  // The journal entry the hits went to, or undefined when the journal is full.
+  private journalAdd(c: LimitCheck, now: number): string | undefined {
     const k = this.journalKey(c, now);
     const e = this.journal.get(k);
     if (e !== undefined) {
       e.hits += c.hits;
       e.atMs = now;
-      return;
+      return k;
     }
-    if (this.journal.size >= 100_000) return;
+    if (this.journal.size >= MAX_JOURNAL) return undefined;
     this.journal.set(k, { key: c.key, algorithm: c.algorithm, limit: c.limit, periodMs: c.periodMs, burst: c.burst, hits: c.hits, atMs: now });
+    return k;
   }
 
-  private unjournal(checks: readonly LimitCheck[], answer: Decision): void {
-    if (answer.degraded?.policy !== 'local') return;
-    answer.outcomes.forEach((o, i) => {
-      if (!o.consumed) return;
-      for (const [k, e] of this.journal) {
-        if (e.key === checks[i].key) {
-          e.hits = Math.max(0, e.hits - checks[i].hits);
-          if (e.hits === 0) this.journal.delete(k);
-          break;
-        }
-      }
-    });
+  private unjournal(refs: readonly JournalRef[]): void {
+    for (const { key, hits } of refs) {
+      const e = this.journal.get(key);
+      if (e === undefined) continue;
+      e.hits = Math.max(0, e.hits - hits);
+      if (e.hits === 0) this.journal.delete(key);
+    }
   }
 
   private async writeBack(): Promise<void> {
