@@ -1,28 +1,23 @@
---[[ absorb.lua: writes back hits that a replica admitted from its local fallback while Redis was
-unreachable, so the shared counters reflect them once Redis is back. Preceded by
-algorithms.lua when loaded.
+--[[ absorb.lua: writes back hits that a replica's local fallback admitted while Redis could not
+answer, so the shared counters count them once Redis is back. Preceded by algorithms.lua when
+loaded.
 
 Why one script: each counter's read-modify-write must not interleave with other requests.
 
-KEYS[i]  counter key of entry i
+KEYS[i]  counter key of entry i (all in one hash slot; at most MAX_BATCH entries per call)
 ARGV[1]  time in ms, for tests only; "" uses redis.call('TIME')
-ARGV[2+6(i-1) .. 7+6(i-1)]  entry i: algorithm, limit, period ms, burst, hits, time in ms at which
-         the hits were admitted (replica clock)
+ARGV[2+7(i-1) .. 8+7(i-1)]  entry i: algorithm, limit, period ms, burst, hits,
+         window start in ms (Redis time; windows only, "" for token_bucket and gcra),
+         age in ms (buckets: how long ago the last of the hits was admitted, measured by the
+         replica; ignored by windows)
+         Fixed window: the hits are added only if their window is the current one. Sliding
+         window: added to the current or the previous window's count, whichever they fell in.
+         Token bucket and GCRA: only the part not refilled since is taken,
+         max(0, hits - age * limit / period): tokens never below 0, the TAT never beyond
+         now + burst * period / limit. Anything else is dropped: it no longer counts.
 
-Returns the number of counters changed (hits of windows that have closed are dropped). --]]
+Returns the number of counters changed. --]]
 
-local now = now_ms(ARGV[1])
-local changed = 0
-for i = 1, #KEYS do
-  local b = 1 + 6 * (i - 1)
-  local s = { alg = ARGV[b + 1], limit = tonumber(ARGV[b + 2]), period = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]) }
-  local hits, at = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
-  local impl = ALGORITHMS[s.alg]
-  local state = decode_state(redis.call('GET', KEYS[i]))
-  local nxt = impl.absorb(state, s, hits, at, now)
-  if nxt ~= nil and nxt ~= state then
-    write_state(KEYS[i], impl, nxt, s, now)
-    changed = changed + 1
-  end
-end
-return changed
+return rewrite_each(7, function(impl, state, s, extra, now)
+  return impl.absorb(state, s, extra[1], extra[2], extra[3] or 0, now)
+end)

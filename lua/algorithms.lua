@@ -1,7 +1,8 @@
--- algorithms.lua: the four algorithms, shared by decide.lua and refund.lua (the Redis store
--- prepends this file to each script before loading it). They mirror src/limiter/algorithms/*.ts
--- operation for operation, so that the Redis and memory stores give identical answers; a change
--- here must be made there too (test/store-equivalence.test.ts compares them).
+-- algorithms.lua: the four algorithms, shared by every script (the Redis store prepends this file
+-- to each script before loading it). view and decide mirror src/limiter/algorithms/*.ts operation
+-- for operation, so that the Redis and memory stores give identical answers; a change here must be
+-- made there too (test/store-redis.test.ts runs one trace through both). refund and absorb exist
+-- only here: only a shared store gives hits back or takes in a fallback's hits.
 --
 -- A state is a Lua array of numbers, stored as one string "a:b:c" with %.17g so that doubles
 -- round-trip exactly. A limit spec is { alg, limit, period, burst } (period in ms).
@@ -57,12 +58,14 @@ function fixed.refund(state, s, hits, decided_at, now)
   return state
 end
 
--- absorb(state, s, hits, at, now): adds hits admitted elsewhere (a replica's local fallback while
--- Redis was away) at time `at`. Windows take them only while the window they fell in is still
--- counted; buckets take them now, never below empty.
-function fixed.absorb(state, s, hits, at, now)
+-- absorb(state, s, hits, window, age, now): adds hits a replica's local fallback admitted while
+-- Redis was away. Windows take them only while the window they fell in (`window`: its start, Redis
+-- time) is still counted. Buckets take only what has not refilled since the last of them was
+-- admitted (`age` ms ago), never below empty: hits that old would have been paid back by now.
+-- Returns `state` itself when nothing changes (the caller then writes nothing).
+function fixed.absorb(state, s, hits, window, age, now)
   local start = window_start(now, s.period)
-  if window_start(at, s.period) ~= start then return state end
+  if hits <= 0 or window == nil or window_start(window, s.period) ~= start then return state end
   return { start, fixed_count(state, start) + hits }
 end
 
@@ -123,11 +126,12 @@ function sliding.refund(state, s, hits, decided_at, now)
   return state
 end
 
-function sliding.absorb(state, s, hits, at, now)
+function sliding.absorb(state, s, hits, window, age, now)
+  if hits <= 0 or window == nil then return state end
   local start, curr, prev = sliding_counts(state, now, s.period)
-  local at_start = window_start(at, s.period)
-  if at_start == start then return { start, curr + hits, prev } end
-  if at_start == start - s.period then return { start, curr, prev + hits } end
+  local at = window_start(window, s.period)
+  if at == start then return { start, curr + hits, prev } end
+  if at == start - s.period then return { start, curr, prev + hits } end
   return state
 end
 
@@ -177,8 +181,17 @@ function bucket.refund(state, s, hits, decided_at, now)
   return { math.min(s.burst, bucket_tokens(state, s, now) + hits), now }
 end
 
-function bucket.absorb(state, s, hits, at, now)
-  return { math.max(0, bucket_tokens(state, s, now) - hits), now }
+-- The part of `hits` admitted `age` ms ago that the bucket has not refilled since.
+local function unrefilled(s, hits, age)
+  if s.period <= 0 then return hits end
+  return math.max(0, hits - age * s.limit / s.period)
+end
+
+function bucket.absorb(state, s, hits, window, age, now)
+  local take = unrefilled(s, hits, age)
+  local tokens = bucket_tokens(state, s, now)
+  if take <= 0 or tokens <= 0 then return state end
+  return { math.max(0, tokens - take), now }
 end
 
 local gcra = {}
@@ -218,10 +231,51 @@ function gcra.refund(state, s, hits, decided_at, now)
   return { math.max(now, state[1] - hits * s.period / s.limit) }
 end
 
-function gcra.absorb(state, s, hits, at, now)
-  if s.limit <= 0 then return state end
+function gcra.absorb(state, s, hits, window, age, now)
+  local take = unrefilled(s, hits, age)
+  if s.limit <= 0 or take <= 0 then return state end
   local t = s.period / s.limit
-  return { math.min(gcra_tat(state, now) + hits * t, now + s.burst * t) }
+  local tat = gcra_tat(state, now)
+  local nxt = math.min(tat + take * t, now + s.burst * t)
+  if nxt <= tat then return state end
+  return { nxt }
+end
+
+-- restore(state, s, remaining, at, now): after Redis lost its data (a restart without
+-- persistence), a replica puts back what it last saw: `remaining` whole requests left at Redis time
+-- `at`. A counter only ever becomes *more* used by this (the max of what it holds and what was
+-- seen), so several replicas restoring their views end at the latest one, and a counter that kept
+-- its data is left alone.
+function fixed.restore(state, s, remaining, at, now)
+  local start = window_start(now, s.period)
+  if window_start(at, s.period) ~= start then return state end
+  local used = s.limit - remaining
+  if used <= fixed_count(state, start) then return state end
+  return { start, used }
+end
+
+function sliding.restore(state, s, remaining, at, now)
+  local start, curr, prev = sliding_counts(state, now, s.period)
+  local seen = window_start(at, s.period)
+  -- The seen estimate mixes both windows; counting all of it in the window it was seen in is the
+  -- conservative split.
+  local used = s.limit - remaining
+  if seen == start and used > curr then return { start, used, prev } end
+  if seen == start - s.period and used > prev then return { start, curr, used } end
+  return state
+end
+
+function bucket.restore(state, s, remaining, at, now)
+  local known = math.min(s.burst, remaining + math.max(0, now - at) * bucket_rate(s))
+  if known >= bucket_tokens(state, s, now) then return state end
+  return { known, now }
+end
+
+function gcra.restore(state, s, remaining, at, now)
+  if s.limit <= 0 then return state end
+  local tat = at + (s.burst - remaining) * s.period / s.limit
+  if tat <= gcra_tat(state, now) then return state end
+  return { tat }
 end
 
 local ALGORITHMS = {
@@ -259,4 +313,28 @@ end
 local function write_state(key, impl, state, s, now)
   local ttl = math.ceil(impl.ttl(state, s, now))
   redis.call('SET', key, encode_state(state), 'PX', ttl)
+end
+
+-- The loop of the batch scripts (absorb, refund, restore): entry i is KEYS[i] and `width` ARGV
+-- fields from ARGV[2 + width * (i - 1)], of which the first four are algorithm, limit, period ms
+-- and burst. `change(impl, state, s, extra, now)` gets the entry's remaining fields as numbers
+-- (`extra[1]`, ...) and returns the new state, or the same (or nil) to leave the counter alone.
+-- Returns how many counters changed.
+local function rewrite_each(width, change)
+  local now = now_ms(ARGV[1])
+  local changed = 0
+  for i = 1, #KEYS do
+    local b = 1 + width * (i - 1)
+    local s = { alg = ARGV[b + 1], limit = tonumber(ARGV[b + 2]), period = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]) }
+    local extra = {}
+    for j = 5, width do extra[j - 4] = tonumber(ARGV[b + j]) end
+    local impl = ALGORITHMS[s.alg]
+    local state = decode_state(redis.call('GET', KEYS[i]))
+    local nxt = change(impl, state, s, extra, now)
+    if nxt ~= nil and nxt ~= state then
+      write_state(KEYS[i], impl, nxt, s, now)
+      changed = changed + 1
+    end
+  end
+  return changed
 end

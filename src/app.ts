@@ -12,9 +12,9 @@ import { ConfigWatcher } from './config/watcher';
 import { Metrics } from './server/metrics';
 import { describeSettings, type Settings } from './settings';
 import { MemoryStore } from './store/memory';
+import { storeEvents } from './server/store-events';
+import { createRedisStack, redisStackOptions } from './store/compose';
 import { RedisStore } from './store/redis';
-import { ResilientStore } from './store/resilient';
-import { resilienceOptions } from './store/resilience-settings';
 import { createRedisClients } from './store/redis-connection';
 import type { Store } from './store/store';
 
@@ -39,10 +39,9 @@ export interface App {
 
 function createStore(settings: Settings, metrics: Metrics, logger: Logger, clock?: Clock): Store {
   if (settings.store === 'redis') {
-    const local = new MemoryStore({ maxKeys: settings.memoryMaxKeys });
-    const observe = (operation: string, seconds: number, ok: boolean) => metrics.storeDuration.observe({ operation, result: ok ? 'ok' : 'error' }, seconds);
-    const redis = new RedisStore({ ...createRedisClients(settings, logger), observe });
-    return new ResilientStore(redis, local, resilienceOptions(settings, metrics, logger));
+    const events = storeEvents(metrics, logger);
+    const redis = new RedisStore({ ...createRedisClients(settings, logger), events, keyPrefix: settings.cacheKeyPrefix });
+    return createRedisStack(redis, events, redisStackOptions(settings));
   }
   return createMemoryStore(settings, metrics, logger, clock);
 }
@@ -85,6 +84,8 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
     onLoad: (ok) => {
       metrics.configLoads.inc({ result: ok ? 'success' : 'error' });
       if (ok) metrics.configLoadTimestamp.setToCurrentTime();
+      // Cached denials and leases were derived from the old limits.
+      if (ok) store.configChanged?.();
       health.setConfigLoaded(config.config !== undefined);
     },
   });

@@ -63,7 +63,9 @@ export interface Settings {
   breakerCooldownMs: number;
   fallbackPolicy: 'local' | 'allow' | 'deny';
   fallbackDomainPolicies: string[];
-  fallbackShare: number;
+  // 'auto': 1 / the live replicas registered in Redis; a number: that share of what remains.
+  fallbackShare: number | 'auto';
+  replicaTtlMs: number;
   degradedHeader: string;
   overLimitCacheSize: number;
   leaseAutoThreshold: number;
@@ -72,7 +74,7 @@ export interface Settings {
   leaseLowWater: number;
 }
 
-type Kind = 'string' | 'list' | 'port' | 'int' | 'count' | 'ratio' | 'bool' | 'enum' | 'duration';
+type Kind = 'string' | 'list' | 'port' | 'int' | 'count' | 'ratio' | 'share' | 'bool' | 'enum' | 'duration';
 
 interface Spec {
   key: keyof Settings;
@@ -114,9 +116,9 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'redisTlsClientKey', flag: 'redis-tls-client-key', env: ['REDIS_TLS_CLIENT_KEY'], kind: 'string', def: '', help: 'client key file (mutual TLS)' },
   { key: 'redisTlsSkipHostnameVerification', flag: 'redis-tls-skip-hostname-verification', env: ['REDIS_TLS_SKIP_HOSTNAME_VERIFICATION'], kind: 'bool', def: false, help: 'accept a certificate for another host name' },
   { key: 'redisPoolSize', flag: 'redis-pool-size', env: ['REDIS_POOL_SIZE'], kind: 'int', def: 1, help: 'connections per Redis (auto-pipelined; more only help when Redis latency dominates)' },
-  { key: 'redisTimeoutMs', flag: 'redis-timeout', env: ['REDIS_TIMEOUT'], kind: 'duration', def: 1000, help: 'command timeout (e.g. 250ms, 1s)' },
+  { key: 'redisTimeoutMs', flag: 'redis-timeout', env: ['REDIS_TIMEOUT'], kind: 'duration', def: 1000, help: 'a Redis call unanswered this long opens the breaker at once (the call is not abandoned: its outcome is still counted when Redis answers)' },
   { key: 'redisConnectTimeoutMs', flag: 'redis-connect-timeout', env: ['REDIS_CONNECT_TIMEOUT'], kind: 'duration', def: 2000, help: 'connect timeout; sluice keeps retrying, health says NOT_SERVING meanwhile' },
-  { key: 'storeDeadlineMs', flag: 'store-deadline', env: ['STORE_DEADLINE'], kind: 'duration', def: 10, help: "longest a decision waits on Redis before the fallback answers (inside Envoy's 20 ms default)" },
+  { key: 'storeDeadlineMs', flag: 'store-deadline', env: ['STORE_DEADLINE'], kind: 'duration', def: 100, help: "longest a decision waits on Redis for callers that give no deadline; with a gRPC deadline (Envoy always sends one) the wait is that deadline minus DEADLINE_MARGIN" },
   { key: 'deadlineMarginMs', flag: 'deadline-margin', env: ['DEADLINE_MARGIN'], kind: 'duration', def: 2, help: "kept back from the caller's gRPC deadline" },
   { key: 'breakerFailureRatio', flag: 'breaker-failure-ratio', env: ['BREAKER_FAILURE_RATIO'], kind: 'ratio', def: 0.5, help: 'share of failed or timed-out Redis calls in the window that opens the breaker' },
   { key: 'breakerMinCalls', flag: 'breaker-min-calls', env: ['BREAKER_MIN_CALLS'], kind: 'int', def: 10, help: 'fewest calls in the window before the ratio applies' },
@@ -124,7 +126,8 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'breakerCooldownMs', flag: 'breaker-cooldown', env: ['BREAKER_COOLDOWN'], kind: 'duration', def: 1000, help: 'open breaker waits this long before one probe' },
   { key: 'fallbackPolicy', flag: 'fallback-policy', env: ['FALLBACK_POLICY'], kind: 'enum', def: 'local', choices: ['local', 'allow', 'deny'], help: 'when Redis cannot decide: local limiter, allow, or deny (gRPC UNAVAILABLE)' },
   { key: 'fallbackDomainPolicies', flag: 'fallback-domain-policies', env: ['FALLBACK_DOMAIN_POLICIES'], kind: 'list', def: [], help: 'per-domain policy, e.g. payments=deny,search=allow' },
-  { key: 'fallbackShare', flag: 'fallback-share', env: ['FALLBACK_SHARE'], kind: 'ratio', def: 1, help: 'share of each limit the local fallback enforces (1/replicas keeps the fleet near the budget)' },
+  { key: 'fallbackShare', flag: 'fallback-share', env: ['FALLBACK_SHARE'], kind: 'share', def: 'auto', help: "share of what Redis last said remains that this replica's local fallback may admit: auto = 1 / live replicas (each registers in Redis), or a number 0..1" },
+  { key: 'replicaTtlMs', flag: 'replica-ttl', env: ['REPLICA_TTL'], kind: 'duration', def: 5000, help: 'a replica that stops heartbeating to Redis is no longer counted for FALLBACK_SHARE=auto after this' },
   { key: 'degradedHeader', flag: 'degraded-header', env: ['DEGRADED_HEADER'], kind: 'string', def: 'x-ratelimit-degraded', help: 'response header on answers made without Redis' },
   { key: 'overLimitCacheSize', flag: 'over-limit-cache-size', env: ['OVER_LIMIT_CACHE_SIZE'], kind: 'count', def: 100_000, help: 'keys remembered as over their limit, answered without Redis until they can pass (0 = off)' },
   { key: 'leaseAutoThreshold', flag: 'lease-auto-threshold', env: ['LEASE_AUTO_THRESHOLD'], kind: 'count', def: 1000, help: 'requests per second for one key at this replica above which it is served from leases (0 = only rules with lease)' },
@@ -184,6 +187,9 @@ function parseValue(spec: Spec, raw: string, origin: string): unknown {
       if (!/^\d+$/.test(raw) || n < min || n > max) return bad(`expected an integer ${min}..${max}`);
       return n;
     }
+    case 'share':
+      if (raw.trim().toLowerCase() === 'auto') return 'auto';
+      return parseValue({ ...spec, kind: 'ratio' }, raw, origin);
     case 'ratio': {
       const n = Number(raw);
       if (raw.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1) return bad('expected a number between 0 and 1');

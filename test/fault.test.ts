@@ -4,19 +4,18 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { RateLimitResponse_Code as Code, RateLimitServiceClient } from '../src/gen/envoy/service/ratelimit/v3/rls';
+import { RateLimitResponse_Code as Code, type RateLimitRequest, type RateLimitResponse, RateLimitServiceClient } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { callRls, d } from './support/app';
 import { type ServerProcess, spawnServer } from './support/process';
 import { type RedisNode, scriptCalls, startCluster, startRedis, stopAll } from './support/redis';
 
 // The fault suite: real sluice processes under steady load from several clients while their
-// Redis is killed, frozen, or loses a cluster primary. No RPC may fail, every answer must come
-// within the store deadline plus a margin, degraded answers must say so, and the service must be
-// back on Redis soon after Redis is, without a restart.
+// Redis is killed, frozen, or loses a cluster primary. Every caller gives a gRPC deadline, as
+// Envoy does: no RPC may fail (an answer after the deadline would be DEADLINE_EXCEEDED), no answer
+// may be degraded while Redis is healthy, degraded answers must say so, and the service must be
+// back on Redis soon after Redis is, without a restart. Latency is reported, not asserted.
 
-const DEADLINE_MS = 10;
-// Client-side latency includes gRPC, two loaded cores and the test process itself.
-const MARGIN_MS = 150;
+const CALLER_DEADLINE_MS = 500;
 const COOLDOWN_MS = 1000;
 
 const CONFIG = `
@@ -48,11 +47,26 @@ async function servers(redisArgs: string[], count: number): Promise<ServerProces
   const dir = configDir();
   const procs = await Promise.all(
     Array.from({ length: count }, () =>
-      spawnServer(['--config', dir, '--store', 'redis', ...redisArgs, '--store-deadline', `${DEADLINE_MS}ms`, '--breaker-cooldown', `${COOLDOWN_MS}ms`, '--fallback-share', '0.5']),
+      spawnServer(['--config', dir, '--store', 'redis', ...redisArgs, '--breaker-cooldown', `${COOLDOWN_MS}ms`]),
     ),
   );
-  for (const p of procs) await p.waitForLog((l) => l.event === 'redis_ready');
+  for (const p of procs) await waitReady(p);
   return procs;
+}
+
+async function waitReady(p: ServerProcess): Promise<void> {
+  const deadline = Date.now() + 15_000;
+  while (!(await fetch(`http://127.0.0.1:${p.httpPort}/healthcheck`)).ok) {
+    if (Date.now() > deadline) throw new Error('replica never became ready');
+    await sleep(50);
+  }
+}
+
+function callWithDeadline(client: RateLimitServiceClient, request: Parameters<typeof callRls>[1]): Promise<RateLimitResponse> {
+  const full: RateLimitRequest = { domain: '', descriptors: [], hitsAddend: 0, ...request };
+  return new Promise((resolve, reject) =>
+    client.shouldRateLimit(full, new grpc.Metadata(), { deadline: Date.now() + CALLER_DEADLINE_MS }, (err, r) => (err ? reject(err) : resolve(r))),
+  );
 }
 
 // Steady load: `clients` loops, each sending one request at a time, until stop() is called.
@@ -66,7 +80,7 @@ function load(procs: ServerProcess[], clients: number): { stop(): Promise<Sample
     while (running) {
       const start = performance.now();
       try {
-        const r = await callRls(client, { domain: 'fault', descriptors: [d(['tenant', `t${i}-${n++ % 50}`])] });
+        const r = await callWithDeadline(client, { domain: 'fault', descriptors: [d(['tenant', `t${i}-${n++ % 50}`])] });
         const degraded = r.responseHeadersToAdd.some((h) => h.key === 'x-ratelimit-degraded' && h.value === 'true');
         samples.push({ at: Date.now(), ms: performance.now() - start, ok: r.overallCode === Code.OK, degraded });
       } catch (err) {
@@ -96,13 +110,11 @@ function assertHealthy(samples: Sample[], outageStart: number, redisBack: number
   const failed = samples.filter((s) => s.error !== undefined);
   assert.equal(failed.length, 0, `${label}: ${failed.length} failed RPCs, first: ${failed[0]?.error}`);
   assert.ok(samples.every((s) => s.ok), `${label}: a request was denied`);
-  const slow = samples.filter((s) => s.ms > DEADLINE_MS + MARGIN_MS);
-  assert.equal(slow.length, 0, `${label}: ${slow.length} answers slower than ${DEADLINE_MS + MARGIN_MS} ms (${summary(samples)})`);
-  // Before the fault Redis answers; on two loaded cores an odd call may still miss the 10 ms deadline
-  // (and is rightly answered degraded), so only a small share is allowed.
+  // Before the fault Redis answers every call within the caller's deadline: not one degraded answer.
   const before = samples.filter((s) => s.at < outageStart);
   const degradedBefore = before.filter((s) => s.degraded).length;
-  assert.ok(before.length > 0 && degradedBefore <= before.length * 0.05, `${label}: ${degradedBefore} of ${before.length} degraded before the fault`);
+  assert.ok(before.length > 0, `${label}: no answer before the fault`);
+  assert.equal(degradedBefore, 0, `${label}: ${degradedBefore} of ${before.length} degraded while Redis was healthy`);
   assert.ok(samples.some((s) => s.degraded && s.at > outageStart), `${label}: no degraded answer during the fault`);
   const backOnRedis = samples.find((s) => s.at > redisBack && !s.degraded && samples.filter((x) => x.at > s.at).every((x) => !x.degraded));
   assert.ok(backOnRedis, `${label}: never back on Redis`);
@@ -173,14 +185,13 @@ describe('fault suite', () => {
     const failed = samples.filter((s) => s.error !== undefined);
     assert.equal(failed.length, 0, `${failed.length} failed RPCs, first: ${failed[0]?.error}`);
     assert.ok(samples.every((s) => s.ok));
-    assert.ok(samples.every((s) => s.ms <= DEADLINE_MS + MARGIN_MS), summary(samples));
     const late = samples.filter((s) => s.at > redisBack + COOLDOWN_MS + 1500);
     assert.ok(late.length > 0 && late.every((s) => !s.degraded), `still degraded after the failover (${outageStart})`);
   });
 
   test('over-limit flood on an exhausted key costs Redis nothing', async () => {
     const redis = await startRedis();
-    const [proc] = await servers(['--redis-url', `127.0.0.1:${redis.port}`, '--store-deadline', '1s'], 1);
+    const [proc] = await servers(['--redis-url', `127.0.0.1:${redis.port}`], 1);
     const client = new RateLimitServiceClient(`127.0.0.1:${proc.grpcPort}`, grpc.credentials.createInsecure());
     try {
       const req = { domain: 'fault', descriptors: [d(['exhausted', 'k'])] };

@@ -4,6 +4,7 @@ import { promisify } from 'node:util';
 import { after, test } from 'node:test';
 import { Cluster } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
+import { silentEvents } from '../src/store/events';
 import { RedisStore } from '../src/store/redis';
 import { requireRedisBinaries, startCluster, stopAll } from './support/redis';
 
@@ -24,7 +25,7 @@ test('resharding during traffic: no failed decision, no lost count', async () =>
     maxRedirections: 32,
   });
   await new Promise((r) => client.once('ready', r));
-  const store = new RedisStore({ clients: [client], cluster: true });
+  const store = new RedisStore({ clients: [client], cluster: true, events: silentEvents, keyPrefix: 'test:' });
   const keys = Array.from({ length: 50 }, (_, i) => `reshard:{k${i}}`);
   // Port of the primary serving each key's slot, from CLUSTER SLOTS.
   const owners = async () => {

@@ -22,8 +22,11 @@ export interface DescriptorResult {
   matched?: MatchedLimit;
   mode?: LimitMode;
   hits: number;
-  // uint32 on the wire; MAX_UINT32 for unlimited descriptors, 0 when over the limit.
-  remaining: number;
+  // uint32 on the wire; MAX_UINT32 for unlimited descriptors, 0 when over the limit (known: the
+  // limit said no). undefined = not known: the store answered without asking about this limit (a
+  // cached denial of another limit of the request, the `allow` fallback). Never filled in.
+  remaining: number | undefined;
+  // ms until the counter is empty again; undefined = not known (or no limit applies).
   resetMs?: number;
   // Only on OVER_LIMIT: ms until the same hits would pass (Infinity: never).
   retryAfterMs?: number;
@@ -146,7 +149,7 @@ function resultFor(
     matched: m,
     mode: check.mode,
     hits,
-    remaining: o.allowed ? Math.min(o.remaining, MAX_UINT32) : 0,
+    remaining: !o.allowed ? 0 : o.remaining === undefined ? undefined : Math.min(o.remaining, MAX_UINT32),
     resetMs: o.resetMs,
     retryAfterMs: o.allowed ? undefined : o.retryAfterMs,
     wouldDeny: !o.allowed,

@@ -16,6 +16,9 @@ export class Metrics {
   readonly breakerState: Gauge;
   readonly breakerTransitions: Counter<'to'>;
   readonly storeFailures: Counter<'kind'>;
+  readonly ownOverload: Counter;
+  readonly refundEntries: Counter<'result'>;
+  readonly fleetReplicas: Gauge;
   readonly overLimitCacheHits: Counter;
   readonly writeBackHits: Counter<'result'>;
   readonly leaseUnits: Counter<'event'>;
@@ -33,12 +36,15 @@ export class Metrics {
     this.configLoadTimestamp = new Gauge({ name: 'sluice_config_last_load_success_timestamp_seconds', help: 'When the running config was loaded', registers });
     this.memoryEvictions = new Counter({ name: 'sluice_memory_store_evictions_total', help: 'Counters evicted from the memory store because it reached its key cap', registers });
     this.degraded = new Counter({ name: 'sluice_degraded_decisions_total', help: 'Decisions made without Redis, by fallback policy (local, allow, deny)', labelNames: ['policy'], registers });
-    this.breakerState = new Gauge({ name: 'sluice_breaker_state', help: 'Circuit breaker in front of Redis: 0 closed, 1 half-open, 2 open', registers });
+    this.breakerState = new Gauge({ name: 'sluice_breaker_state', help: 'Circuit breaker in front of Redis: 0 closed, 1 half-open (recovering: a background write-back/probe, not a request), 2 open', registers });
     this.breakerTransitions = new Counter({ name: 'sluice_breaker_transitions_total', help: 'Circuit breaker state changes, by new state', labelNames: ['to'], registers });
-    this.storeFailures = new Counter({ name: 'sluice_store_failures_total', help: 'Redis calls that failed (error) or missed their deadline (timeout)', labelNames: ['kind'], registers });
+    this.storeFailures = new Counter({ name: 'sluice_store_failures_total', help: "Redis calls that failed (error), got no answer within the caller's budget while this process was responsive (timeout), or stayed unanswered past REDIS_TIMEOUT (stalled)", labelNames: ['kind'], registers });
+    this.ownOverload = new Counter({ name: 'sluice_store_own_overload_total', help: 'Store deadlines missed because this process was busy (event-loop lag), not counted against Redis', registers });
+    this.refundEntries = new Counter({ name: 'sluice_refund_entries_total', help: 'Counter entries given back to Redis for requests denied after Redis consumed their hits (result: ok, error)', labelNames: ['result'], registers });
+    this.fleetReplicas = new Gauge({ name: 'sluice_fleet_replicas', help: 'Live replicas registered in Redis (sharing the budget), as last counted', registers });
     this.overLimitCacheHits = new Counter({ name: 'sluice_over_limit_cache_hits_total', help: 'Requests answered OVER_LIMIT from the over-limit cache, without Redis', registers });
     this.writeBackHits = new Counter({ name: 'sluice_fallback_write_back_hits_total', help: 'Hits admitted by the local fallback and written back to Redis (result: ok, error)', labelNames: ['result'], registers });
-    this.storeDuration = new Histogram({ name: 'sluice_store_duration_seconds', help: 'Redis script calls by operation (decide, refund, absorb, lease) and result (ok, error)', labelNames: ['operation', 'result'], buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1], registers });
+    this.storeDuration = new Histogram({ name: 'sluice_store_duration_seconds', help: 'Redis script calls by operation (decide, peek, refund, absorb, lease, heartbeat) and result (ok, error)', labelNames: ['operation', 'result'], buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1], registers });
     this.leaseUnits = new Counter({ name: 'sluice_lease_units_total', help: 'Units of hot-key leases taken from and returned to Redis', labelNames: ['event'], registers });
     this.leaseServed = new Counter({ name: 'sluice_lease_hits_served_locally_total', help: 'Hits served from leases without a Redis call (released reservations not counted)', registers });
     const keys = this;
@@ -89,7 +95,9 @@ export function ruleCounts(result: DescriptorResult, nearLimitRatio: number): Re
     if (rule.shadowMode) counts.shadow_mode = counts.over_limit;
   } else {
     counts.within_limit = result.hits;
-    if (after > near) counts.near_limit = Math.round(before >= near ? result.hits : after - near);
+    // With an unknown remaining, usedBefore is a placeholder 0: whether these hits came near the
+    // limit is not known, so none are counted as near_limit.
+    if (result.remaining !== undefined && after > near) counts.near_limit = Math.round(before >= near ? result.hits : after - near);
   }
   return counts;
 }

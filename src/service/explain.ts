@@ -41,9 +41,12 @@ export async function explainRequest(config: CompiledConfig, request: RateLimitR
     out.key = check.key;
     out.mode = check.mode;
     out.wouldAllow = !r.wouldDeny;
-    out.remaining = r.remaining;
-    out.resetMs = r.resetMs === undefined ? undefined : Math.ceil(r.resetMs);
-    out.usedNow = r.usedBefore;
+    // null = not known (e.g. the `allow` fallback answered): shown as such, never as a number.
+    const known = r.remaining !== undefined;
+    out.remainingKnown = known;
+    out.remaining = r.remaining ?? null;
+    out.resetMs = r.resetMs === undefined ? null : Math.ceil(r.resetMs);
+    out.usedNow = known ? r.usedBefore : null;
     if (r.retryAfterMs !== undefined) out.retryAfterMs = Number.isFinite(r.retryAfterMs) ? r.retryAfterMs : 'never';
     return out;
   });

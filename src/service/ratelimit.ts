@@ -85,7 +85,7 @@ export class RateLimitService {
             entries: d.entries,
             code: decision.results[i].code,
             rule: decision.results[i].rule?.fullKey,
-            remaining: decision.results[i].remaining,
+            remaining: decision.results[i].remaining ?? null,
             hits: decision.results[i].hits,
           })),
         },

@@ -31,25 +31,37 @@ function ceilSeconds(ms: number): number {
   return ms <= 0 ? 0 : Math.ceil(ms / 1000);
 }
 
+// Envoy's DescriptorStatus has no "unknown" for limit_remaining (a plain uint32), so an unknown
+// is marked by what is left out: limit_remaining stays 0 and duration_until_reset is unset (a
+// known status always carries it, even "0s"). current_limit is still sent: the limit itself comes
+// from the config and is known. An unknown reset alone (remaining known) likewise leaves
+// duration_until_reset unset. dynamic metadata `unknownRemaining` lists the unknown descriptors.
 function statusOf(r: DescriptorResult): PbStatus {
-  const status: PbStatus = { code: r.code === 'OK' ? PbCode.OK : PbCode.OVER_LIMIT, limitRemaining: r.remaining };
+  const status: PbStatus = { code: r.code === 'OK' ? PbCode.OK : PbCode.OVER_LIMIT, limitRemaining: r.remaining ?? 0 };
   if (r.kind === 'limited' && r.rule !== undefined) {
     status.currentLimit = { name: r.rule.name, requestsPerUnit: r.rule.requestsPerUnit, unit: PB_UNIT[r.rule.unit] };
-    status.durationUntilReset = { seconds: ceilSeconds(r.resetMs ?? 0), nanos: 0 };
+    if (r.remaining !== undefined && r.resetMs !== undefined) {
+      status.durationUntilReset = { seconds: ceilSeconds(r.resetMs), nanos: 0 };
+    }
   }
   return status;
 }
 
 // The descriptor the RateLimit-* headers describe: the last one over the limit, else the one with
-// the least remaining (upstream's choice).
-function headerDescriptor(results: DescriptorResult[]): DescriptorResult | undefined {
-  let chosen: DescriptorResult | undefined;
+// the least remaining (upstream's choice), among those whose remaining is known: headers for an
+// unknown would have to make a number up.
+function headerDescriptor(results: DescriptorResult[]): (DescriptorResult & { remaining: number }) | undefined {
+  let chosen: (DescriptorResult & { remaining: number }) | undefined;
   for (const r of results) {
-    if (r.kind !== 'limited') continue;
+    if (r.kind !== 'limited' || !hasKnownRemaining(r)) continue;
     if (r.code === 'OVER_LIMIT') chosen = r;
     else if (chosen === undefined || (chosen.code === 'OK' && r.remaining < chosen.remaining)) chosen = r;
   }
   return chosen;
+}
+
+function hasKnownRemaining(r: DescriptorResult): r is DescriptorResult & { remaining: number } {
+  return r.remaining !== undefined;
 }
 
 // The request passes only when all of its over-limit descriptors pass again: the longest wait.
@@ -70,7 +82,7 @@ function headersOf(decision: LimitDecision, options: ResponseOptions): HeaderVal
   if (h !== undefined && chosen?.rule !== undefined) {
     out.push({ key: h.limit, value: String(chosen.rule.requestsPerUnit), rawValue: Buffer.alloc(0) });
     out.push({ key: h.remaining, value: String(chosen.remaining), rawValue: Buffer.alloc(0) });
-    out.push({ key: h.reset, value: String(ceilSeconds(chosen.resetMs ?? 0)), rawValue: Buffer.alloc(0) });
+    if (chosen.resetMs !== undefined) out.push({ key: h.reset, value: String(ceilSeconds(chosen.resetMs)), rawValue: Buffer.alloc(0) });
   }
   if (decision.degraded !== undefined && options.degradedHeader) {
     out.push({ key: options.degradedHeader, value: 'true', rawValue: Buffer.alloc(0) });
@@ -114,11 +126,26 @@ function mergeInto(dest: Record<string, unknown>, src: Record<string, unknown>):
   }
 }
 
-// Degraded answers always say so in dynamic metadata, whether or not the request metadata is on.
+// Indices (request order) of the descriptors whose remaining is not known.
+function unknownRemainingOf(decision: LimitDecision): number[] {
+  const out: number[] = [];
+  decision.results.forEach((r, i) => {
+    if (r.remaining === undefined) out.push(i);
+  });
+  return out;
+}
+
+// Degraded answers always say so in dynamic metadata, and unknown numbers are always listed
+// (`unknownRemaining`), whether or not the request metadata is on: the wire status alone cannot
+// tell an unknown remaining from a real 0.
 function dynamicMetadataOf(request: RateLimitRequest, decision: LimitDecision, options: ResponseOptions): Record<string, unknown> | undefined {
-  const out = options.dynamicMetadata ? metadataOf(request, decision) : undefined;
-  if (decision.degraded === undefined) return out;
-  return { ...out, degraded: true, degradedPolicy: decision.degraded.policy, degradedReason: decision.degraded.reason };
+  let out = options.dynamicMetadata ? metadataOf(request, decision) : undefined;
+  if (decision.degraded !== undefined) {
+    out = { ...out, degraded: true, degradedPolicy: decision.degraded.policy, degradedReason: decision.degraded.reason };
+  }
+  const unknown = unknownRemainingOf(decision);
+  if (unknown.length > 0) out = { ...out, unknownRemaining: unknown };
+  return out;
 }
 
 export function responseToProto(request: RateLimitRequest, decision: LimitDecision, options: ResponseOptions): PbResponse {

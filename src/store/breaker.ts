@@ -10,20 +10,29 @@ export interface BreakerOptions {
   minCalls: number;
   // Share of failed (or timed-out) calls in the window that opens the breaker.
   failureRatio: number;
-  // How long an open breaker waits before letting one probe through, ms.
+  // How long an open breaker waits before trying to recover, ms.
   cooldownMs: number;
+  // The way back: resolves when Redis answers again and what was decided without it has been
+  // written back; the breaker closes only then. Rejects to stay open another cool-down.
+  recover: () => Promise<void>;
   onChange?: (from: BreakerState, to: BreakerState, reason: string) => void;
 }
 
 const BUCKETS = 10;
 
-// Closed → open on a share of failures in a sliding window (or at once on connection loss);
-// open → half-open after the cool-down, letting exactly one probe through; the probe's success
-// closes it, its failure opens it again. While open nothing waits on the store.
+// Closed → open on a share of failures in a sliding window (or at once on connection loss or a
+// stalled call); open → half-open ("recovering") after the cool-down or as soon as the connection
+// is back; half-open → closed when recover() succeeds, → open when it fails.
+//
+// No request is ever the probe: while the breaker is not closed every request is answered by the
+// fallback, and recover() (a real decision round-trip, then the write-back of the fallback's
+// journal) runs in the background. So the first request Redis decides after an outage already
+// sees every hit the fallback admitted.
 export class CircuitBreaker {
   private state: BreakerState = 'closed';
   private openedAt = 0;
-  private probing = false;
+  private cooldownTimer: NodeJS.Timeout | undefined;
+  private closed = false;
   private readonly calls = new Array<number>(BUCKETS).fill(0);
   private readonly failures = new Array<number>(BUCKETS).fill(0);
   private bucketStart = 0;
@@ -36,35 +45,19 @@ export class CircuitBreaker {
     return this.state;
   }
 
-  // May a call go to the store now? In half-open only the single probe may.
-  tryAcquire(): boolean {
+  // May a request go to Redis now?
+  allows(): boolean {
     if (this.state === 'closed') return true;
-    if (this.state === 'open') {
-      if (this.o.clock.now() - this.openedAt < this.o.cooldownMs) return false;
-      this.move('half_open', 'cool-down elapsed');
-    }
-    if (this.probing) return false;
-    this.probing = true;
-    return true;
+    if (this.state === 'open' && this.o.clock.now() - this.openedAt >= this.o.cooldownMs) this.startRecovery('cool-down elapsed');
+    return false;
   }
 
   success(): void {
-    if (this.state === 'half_open') {
-      this.probing = false;
-      this.reset();
-      this.move('closed', 'probe succeeded');
-      return;
-    }
-    this.record(false);
+    if (this.state === 'closed') this.record(false);
   }
 
   failure(reason: string): void {
-    if (this.state === 'half_open') {
-      this.probing = false;
-      this.open(`probe failed: ${reason}`);
-      return;
-    }
-    if (this.state === 'open') return;
+    if (this.state !== 'closed') return;
     this.record(true);
     const calls = this.calls.reduce((a, b) => a + b, 0);
     const failed = this.failures.reduce((a, b) => a + b, 0);
@@ -73,19 +66,45 @@ export class CircuitBreaker {
     }
   }
 
-  // Connection (re-)established: probe at once instead of waiting out the cool-down.
+  // Connection (re-)established: try to recover at once instead of waiting out the cool-down.
   probeNow(reason: string): void {
-    if (this.state === 'open') this.move('half_open', reason);
+    if (this.state === 'open') this.startRecovery(reason);
   }
 
-  // Connection lost: no point in waiting for the ratio.
+  // Connection lost, or a call stalled: no point in waiting for the ratio.
   trip(reason: string): void {
     if (this.state === 'closed') this.open(reason);
+  }
+
+  close(): void {
+    this.closed = true;
+    clearTimeout(this.cooldownTimer);
   }
 
   private open(reason: string): void {
     this.openedAt = this.o.clock.now();
     this.move('open', reason);
+    clearTimeout(this.cooldownTimer);
+    if (this.closed) return;
+    // Recover even when no request arrives to notice that the cool-down is over.
+    this.cooldownTimer = setTimeout(() => this.startRecovery('cool-down elapsed'), this.o.cooldownMs);
+    this.cooldownTimer.unref();
+  }
+
+  private startRecovery(reason: string): void {
+    if (this.state !== 'open' || this.closed) return;
+    clearTimeout(this.cooldownTimer);
+    this.move('half_open', reason);
+    this.o.recover().then(
+      () => {
+        if (this.state !== 'half_open') return;
+        this.reset();
+        this.move('closed', 'recovered: Redis answers and the fallback journal is written back');
+      },
+      (err: unknown) => {
+        if (this.state === 'half_open') this.open(`recovery failed: ${(err as Error).message}`);
+      },
+    );
   }
 
   private move(to: BreakerState, reason: string): void {

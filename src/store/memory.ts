@@ -91,6 +91,21 @@ export class MemoryStore implements Store {
     return true;
   }
 
+  // Whether `key` holds a live counter.
+  has(key: string): boolean {
+    return this.read(key, this.clock.now()) !== undefined;
+  }
+
+  // Starts `check`'s counter from `state` (the fallback starts from what Redis last said).
+  seed(check: LimitCheck, state: State): void {
+    this.write(check, state, this.clock.now());
+  }
+
+  // Forgets every counter (the fallback after an outage: Redis has the truth again).
+  clear(): void {
+    this.slots.clear();
+  }
+
   async close(): Promise<void> {
     clearInterval(this.sweeper);
     this.slots.clear();

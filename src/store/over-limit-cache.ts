@@ -29,6 +29,10 @@ export class OverLimitCache {
     return hits >= e.hits ? e.untilMs : undefined;
   }
 
+  clear(): void {
+    this.entries.clear();
+  }
+
   remember(key: string, hits: number, untilMs: number): void {
     if (this.maxEntries <= 0 || hits <= 0) return;
     const existing = this.entries.get(key);

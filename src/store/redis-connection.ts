@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from '../logger';
-import type { Settings } from '../settings';
+import { type Settings, SettingsError } from '../settings';
 import type { RedisClient } from './redis';
 
 interface HostPort {
@@ -10,11 +10,104 @@ interface HostPort {
   port: number;
 }
 
+const FORMS: Record<Settings['redisType'], string> = {
+  single: 'expected redis://[user:password@]host[:port][/db], rediss://..., host:port or a unix socket path (/path/to/redis.sock)',
+  sentinel: 'expected <master name>,host:port[,host:port...] (REDIS_TYPE=sentinel)',
+  cluster: 'expected host:port[,host:port...] (REDIS_TYPE=cluster; redis:// or rediss:// before each is allowed)',
+};
+
+// A host name, IPv4 address or [IPv6] address, optionally followed by :port.
+const HOST_PORT = /^(\[[0-9A-Fa-f:.]+(?:%[\w.-]+)?\]|[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?)(?::(.*))?$/;
+
+// Why `text` is not host[:port], or undefined when it is.
+function hostPortProblem(text: string): string | undefined {
+  if (text === '') return 'is empty';
+  const m = HOST_PORT.exec(text);
+  if (m === null) {
+    if (!text.startsWith('[') && (text.match(/:/g) ?? []).length > 1) return 'is not host:port (an IPv6 address goes in brackets: [::1]:6379)';
+    if (text.startsWith(':')) return 'has no host';
+    return 'is not host:port';
+  }
+  if (m[2] !== undefined && portNumber(m[2]) === undefined) return 'is not host:port (port must be 1..65535)';
+  return undefined;
+}
+
+function portNumber(text: string): number | undefined {
+  if (!/^\d{1,5}$/.test(text)) return undefined;
+  const n = Number(text);
+  return n >= 1 && n <= 65_535 ? n : undefined;
+}
+
+// Assumes hostPortProblem(text) === undefined.
 function hostPort(text: string, defaultPort: number): HostPort {
-  const t = text.trim();
-  const m = /^\[?([^\]]*?)\]?(?::(\d+))?$/.exec(t);
-  if (m === null || m[1] === '') throw new Error(`REDIS_URL: '${text}' is not host:port`);
-  return { host: m[1], port: m[2] === undefined ? defaultPort : Number(m[2]) };
+  const m = HOST_PORT.exec(text.trim())!;
+  return { host: m[1].replace(/^\[|\]$/g, ''), port: m[2] === undefined ? defaultPort : Number(m[2]) };
+}
+
+// Why a redis:// or rediss:// URL is wrong, or undefined when it is fine. Checked by hand rather
+// than by new URL(), which accepts empty hosts and says only "Invalid URL" otherwise.
+function urlProblem(url: string, allowDb: boolean): string | undefined {
+  const rest = url.replace(/^rediss?:\/\//, '');
+  const slash = rest.indexOf('/');
+  const authority = slash < 0 ? rest : rest.slice(0, slash);
+  const path = slash < 0 ? '' : rest.slice(slash + 1);
+  const at = authority.lastIndexOf('@');
+  if (at >= 0 && !allowDb) return 'has a user or password (use REDIS_AUTH with REDIS_TYPE=cluster)';
+  const address = authority.slice(at + 1);
+  if (address === '' || address.startsWith(':')) return 'has no host';
+  const problem = hostPortProblem(address);
+  if (problem !== undefined) return problem;
+  if (/[?#]/.test(path)) return 'has a query or fragment, which sluice does not use';
+  if (path !== '' && !allowDb) return 'has a database number, which Redis Cluster does not have';
+  if (path !== '' && !/^\d+$/.test(path)) return `has database '${path}' (the database must be an integer 0 or more)`;
+  return undefined;
+}
+
+function singleProblem(url: string): string | undefined {
+  if (url.startsWith('/')) return url.length > 1 && !url.endsWith('/') ? undefined : 'is not a unix socket path';
+  const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):\/\//.exec(url);
+  if (scheme !== null) {
+    if (!/^rediss?$/.test(scheme[1])) return `has scheme '${scheme[1]}://' (only redis:// and rediss://)`;
+    return urlProblem(url, true);
+  }
+  if (url.includes(',')) return 'is a list (a list needs REDIS_TYPE=sentinel or cluster)';
+  return hostPortProblem(url);
+}
+
+function sentinelProblem(url: string): string | undefined {
+  const [name, ...addresses] = url.split(',').map((x) => x.trim());
+  if (addresses.length === 0) return 'has no sentinel address';
+  if (name === '') return 'has no master name';
+  if (/[:/]/.test(name)) return `starts with '${name}', which is not a master name`;
+  for (const a of addresses) {
+    const problem = hostPortProblem(a);
+    if (problem !== undefined) return `has sentinel address '${a}' that ${problem}`;
+  }
+  return undefined;
+}
+
+function clusterProblem(url: string): string | undefined {
+  for (const node of url.split(',').map((x) => x.trim())) {
+    if (node === '') return 'has an empty entry';
+    const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):\/\//.exec(node);
+    if (scheme !== null && !/^rediss?$/.test(scheme[1])) return `has scheme '${scheme[1]}://' (only redis:// and rediss://)`;
+    const problem = scheme === null ? hostPortProblem(node) : urlProblem(node, false);
+    if (problem !== undefined) return `has node '${node}' that ${problem}`;
+  }
+  return undefined;
+}
+
+// Passwords never reach a message (settings are logged redacted too).
+function redacted(url: string): string {
+  return url.replace(/(\/\/[^:/@]*:)[^@]*@/g, '$1[redacted]@');
+}
+
+// Fails startup, before anything listens, on a REDIS_URL that cannot work for REDIS_TYPE.
+export function validateRedisUrl(s: Settings): void {
+  const url = s.redisUrl.trim();
+  const check = s.redisType === 'sentinel' ? sentinelProblem : s.redisType === 'cluster' ? clusterProblem : singleProblem;
+  const problem = url === '' ? 'is empty' : check(url);
+  if (problem !== undefined) throw new SettingsError(`REDIS_URL: '${redacted(s.redisUrl)}' ${problem}; ${FORMS[s.redisType]}`);
 }
 
 function auth(value: string): { username?: string; password?: string } {
@@ -34,11 +127,16 @@ function tls(s: Settings, forced: boolean): ConnectionOptions | undefined {
 // Options every connection shares. Commands fail at once while disconnected (no offline queue),
 // so a dead Redis costs an error, not a stalled request; reconnection goes on forever in the
 // background, so a Redis that is not up yet never makes sluice crash-loop.
+//
+// No command timeout, and nothing re-sent after a reconnect: a script call is never abandoned or
+// repeated, because a call given up on whose script then runs anyway would be counted twice (by
+// Redis, and by the fallback that answered instead and writes its hits back). How long a caller
+// waits is the resilience stages' business (the deadline answers by fallback; the call goes on).
 function baseOptions(s: Settings): RedisOptions {
   return {
     ...auth(s.redisAuth),
     connectTimeout: s.redisConnectTimeoutMs,
-    commandTimeout: s.redisTimeoutMs,
+    autoResendUnfulfilledCommands: false,
     enableAutoPipelining: true,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
@@ -64,7 +162,6 @@ function single(s: Settings): Redis {
 // Upstream's sentinel form: "<master name>,host:port[,host:port...]".
 function sentinel(s: Settings): Redis {
   const [name, ...addrs] = s.redisUrl.split(',').map((x) => x.trim());
-  if (name === undefined || addrs.length === 0) throw new Error('REDIS_URL for sentinel must be "<master name>,host:port[,host:port]"');
   const sentinelAuth = auth(s.redisSentinelAuth);
   return new Redis({
     ...baseOptions(s),
@@ -78,7 +175,11 @@ function sentinel(s: Settings): Redis {
 
 function cluster(s: Settings): Cluster {
   const nodes = s.redisUrl.split(',').map((a) => hostPort(a.replace(/^rediss?:\/\//, ''), 6379));
-  const { retryStrategy: _unused, enableAutoPipelining: _off, ...redisOptions } = baseOptions(s);
+  // Node connections keep ioredis' own offline queue: one is opened by the first command sent to
+  // it (lazily) and never reconnects by itself (the cluster client replaces it), so the queue only
+  // holds commands while it opens, bounded by the connect timeout. Without it such a command
+  // fails, or waits out a failover retry. The cluster's own offline queue stays off (below).
+  const { retryStrategy: _retry, enableAutoPipelining: _pipelining, enableOfflineQueue: _queue, ...redisOptions } = baseOptions(s);
   const options: ClusterOptions = {
     redisOptions,
     // ioredis' cluster auto-pipelining batches commands per node, then rejects a batch whose
@@ -101,6 +202,7 @@ function cluster(s: Settings): Cluster {
 }
 
 export function createRedisClients(s: Settings, logger: Logger): { clients: RedisClient[]; cluster: boolean } {
+  validateRedisUrl(s);
   const make = (): RedisClient => (s.redisType === 'cluster' ? cluster(s) : s.redisType === 'sentinel' ? sentinel(s) : single(s));
   const count = s.redisType === 'cluster' ? 1 : s.redisPoolSize;
   const clients = Array.from({ length: count }, make);

@@ -3,146 +3,308 @@ import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../clock';
 import type { LimitSpec } from '../limiter/algorithms';
 import { admits } from '../limiter/policy';
-import { loadScripts } from './scripts';
+import type { StoreEvents } from './events';
+import { RefundQueue, type RefundQueueOptions } from './refund-queue';
+import { loadScripts, type ScriptName } from './scripts';
+import { PartialWrite, type AbsorbEntry, type LeaseGrant, MAX_BATCH, type RefundEntry, type RestoreEntry, type SharedOps } from './shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from './store';
 
 export type RedisClient = Redis | Cluster;
 
-type ScriptName = 'sluiceDecide' | 'sluiceRefund' | 'sluiceAbsorb' | 'sluiceLease';
+type Arg = string | number;
+type Send = (...args: unknown[]) => Promise<unknown>;
 
-interface ScriptClient {
-  sluiceDecide(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
-  sluiceRefund(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
-  sluiceAbsorb(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
-  sluiceLease(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
-  eval(script: string, numKeys: number, ...args: (string | number)[]): Promise<unknown>;
+// ioredis flattens array arguments into the command, so an argument list goes in as one array:
+// spreading thousands of arguments into a call would overflow the stack.
+function send(client: RedisClient, command: string, ...args: unknown[]): Promise<unknown> {
+  return (client as unknown as Record<string, Send>)[command](...args);
 }
+
+const COMMAND: Record<ScriptName, string> = {
+  decide: 'sluiceDecide',
+  refund: 'sluiceRefund',
+  absorb: 'sluiceAbsorb',
+  lease: 'sluiceLease',
+  heartbeat: 'sluiceHeartbeat',
+  restore: 'sluiceRestore',
+};
 
 interface GroupResult {
   checks: number[];
   admitted: boolean;
-  now: string;
+  now: number;
   outcomes: (LimitOutcome & { remainingBefore: number; resetBefore: number })[];
 }
 
 const FIELDS = 8;
+// Batches of one absorb/refund in flight at once: a big write-back neither floods Redis nor
+// waits on one round trip per batch.
+const PARALLEL_BATCHES = 16;
+// While a connection is up but no decision has round-tripped yet, probe this often.
+const PROBE_RETRY_MS = 200;
+// How often readiness looks again at a cluster's primary connections while they open.
+const WARM_POLL_MS = 20;
+// close() waits this long for queued refunds and for each connection's QUIT.
+const CLOSE_WAIT_MS = 1_000;
 
-export interface LeaseGrant {
-  granted: number;
-  // Redis time of the take, for giving units back to the right window.
-  takenAt: string;
-  remaining: number;
-  resetMs: number;
-  // When nothing was granted: until one unit could be.
-  retryAfterMs: number;
-}
-
-// Hits admitted at `atMs` by a local fallback, to be added to the shared counter.
-export interface AbsorbEntry extends LimitSpec {
-  key: string;
-  hits: number;
-  atMs: number;
-}
-
-function num(s: string | number): number {
+function num(s: unknown): number {
   return s === 'inf' ? Infinity : Number(s);
 }
 
 export interface RedisStoreOptions {
-  // Round-robin over these (REDIS_POOL_SIZE); one Cluster client in cluster mode.
+  // Round-robin over the ready ones (REDIS_POOL_SIZE); one Cluster client in cluster mode.
   clients: RedisClient[];
   cluster: boolean;
   // Tests only: pass this clock's time to the scripts instead of Redis' TIME.
   explicitClock?: Clock;
-  // Every script call's duration, by operation (decide, refund, absorb, lease), for metrics.
-  observe?: (operation: string, seconds: number, ok: boolean) => void;
+  events: StoreEvents;
+  // KEY_PREFIX: the replica registry and the probe key live under it.
+  keyPrefix: string;
+  // Tests shorten the refund backoff.
+  refunds?: Pick<RefundQueueOptions, 'maxEntries' | 'firstRetryMs' | 'maxRetryMs'>;
 }
 
-const OPERATION: Record<ScriptName, string> = { sluiceDecide: 'decide', sluiceRefund: 'refund', sluiceAbsorb: 'absorb', sluiceLease: 'lease' };
-
 // Counters in Redis. One script call decides a whole request; on Redis Cluster one call per hash
-// slot group, in parallel, and a compensating refund when one group denies after others consumed.
-export class RedisStore implements Store {
+// slot group, in parallel, and the hits consumed by groups of a request that is denied after all
+// are given back in the background (refunds). Besides the Store interface, the operations only a
+// shared store has (SharedOps) for the resilience stages.
+export class RedisStore implements Store, SharedOps {
   readonly kind: string;
+  // Hits to give back for multi-slot requests denied (or failed) after some slots consumed.
+  readonly refunds: RefundQueue;
   private next = 0;
   private readonly scripts: Record<ScriptName, string>;
+  // Sticky: a real decision has round-tripped since start (readiness).
+  private decidedOnce = false;
+  private closed = false;
+  private readonly listeners = new Set<() => void>();
+  private readonly probing = new Set<RedisClient>();
+  // The replica registry and the data epoch: one hash tag, so one script can read both on a
+  // cluster (a tag in KEY_PREFIX comes first and wins, for both alike).
+  private readonly registryKey: string;
+  private readonly epochKey: string;
 
   constructor(private readonly options: RedisStoreOptions) {
     this.kind = options.cluster ? 'redis-cluster' : 'redis';
-    const scripts = loadScripts();
-    this.scripts = { sluiceDecide: scripts.decide, sluiceRefund: scripts.refund, sluiceAbsorb: scripts.absorb, sluiceLease: scripts.lease };
+    this.scripts = loadScripts();
+    this.registryKey = `${options.keyPrefix}{sluice-fleet}replicas`;
+    this.epochKey = `${options.keyPrefix}{sluice-fleet}epoch`;
+    this.refunds = new RefundQueue({ ...options.refunds, events: options.events, split: (e) => this.batches(e), send: (b) => this.refundBatch(b) });
     for (const client of options.clients) {
-      for (const [name, lua] of Object.entries(this.scripts)) client.defineCommand(name, { lua });
+      for (const [name, lua] of Object.entries(this.scripts)) client.defineCommand(COMMAND[name as ScriptName], { lua });
+      client.on('ready', () => {
+        this.notify();
+        this.probeUntilDecided(client);
+      });
+      for (const event of ['close', 'end', 'error']) client.on(event, () => this.notify());
+      if (client.status === 'ready') this.probeUntilDecided(client);
     }
   }
 
+  // Able to decide: a connection is up and a real decision has round-tripped since start (on a
+  // cluster, once every primary's connection was up: see warm()).
   ready(): boolean {
+    return this.decidedOnce && this.connected();
+  }
+
+  // Some connection is up (it may still fail to decide).
+  connected(): boolean {
     return this.options.clients.some((c) => c.status === 'ready');
   }
 
   onReadyChange(listener: () => void): void {
-    for (const c of this.options.clients) for (const event of ['ready', 'close', 'end', 'error']) c.on(event, listener);
+    this.listeners.add(listener);
   }
 
   async close(): Promise<void> {
-    await Promise.all(this.options.clients.map((c) => c.quit().catch(() => c.disconnect())));
+    this.closed = true;
+    await withTimeout(this.refunds.drain().catch(() => undefined), CLOSE_WAIT_MS);
+    this.refunds.close();
+    await Promise.all(
+      this.options.clients.map(async (c) => {
+        await withTimeout(c.quit().catch(() => undefined), CLOSE_WAIT_MS);
+        c.disconnect();
+      }),
+    );
   }
 
   async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
     const groups = this.groups(checks);
     if (groups.length === 1) {
       const g = await this.decideGroup(checks, groups[0], options, 'request');
-      return { admitted: g.admitted, outcomes: g.outcomes.map(strip) };
+      return { admitted: g.admitted, outcomes: g.outcomes.map(strip), storeTimeMs: g.now };
     }
     const settled = await Promise.allSettled(groups.map((g) => this.decideGroup(checks, g, options, 'group')));
     const done = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
     const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
     if (failed !== undefined) {
-      if (!options.countDeniedHits) await this.refund(checks, done).catch(() => undefined);
+      // The caller's fallback decides the whole request and journals all of it: what the other
+      // groups consumed goes back, or it would count twice (even under COUNT_DENIED_HITS).
+      this.refunds.add(consumed(checks, done));
       throw failed.reason;
     }
     return this.combine(checks, done, options);
-  }
-
-  // Writes back hits admitted elsewhere (see lua/absorb.lua); one script call per slot group.
-  async absorb(entries: readonly AbsorbEntry[]): Promise<void> {
-    const groups = this.groups(entries);
-    await Promise.all(
-      groups.map(async (idx) => {
-        const group = idx.map((i) => entries[i]);
-        const args: (string | number)[] = [this.time()];
-        for (const e of group) args.push(e.algorithm, e.limit, e.periodMs, e.burst, e.hits, e.atMs);
-        await this.run('sluiceAbsorb', group.length, [...group.map((e) => e.key), ...args]);
-      }),
-    );
-  }
-
-  // Takes up to `units` of a limit's budget (lua/lease.lua).
-  async lease(spec: LimitSpec & { key: string }, units: number): Promise<LeaseGrant> {
-    const args = [this.time(), spec.algorithm, spec.limit, spec.periodMs, spec.burst, units];
-    const r = (await this.run('sluiceLease', 1, [spec.key, ...args])) as (string | number)[];
-    return { granted: Number(r[0]), takenAt: String(r[1]), remaining: num(r[2]), resetMs: num(r[3]), retryAfterMs: num(r[4]) };
-  }
-
-  // Gives back `units` taken by a lease at `takenAt` (Redis time) that were not used.
-  async giveBack(spec: LimitSpec & { key: string }, units: number, takenAt: string): Promise<void> {
-    const args = [takenAt, this.time(), spec.algorithm, spec.limit, spec.periodMs, spec.burst, units];
-    await this.run('sluiceRefund', 1, [spec.key, ...args]);
   }
 
   async peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
     const groups = await Promise.all(this.groups(checks).map((g) => this.decideGroup(checks, g, options, 'peek')));
     const outcomes: LimitOutcome[] = [];
     for (const g of groups) g.checks.forEach((i, j) => (outcomes[i] = strip(g.outcomes[j])));
-    return { admitted: admits(checks.map((c) => c.mode), outcomes.map((o) => o.allowed)), outcomes };
+    return { admitted: admits(checks.map((c) => c.mode), outcomes.map((o) => o.allowed)), outcomes, storeTimeMs: latest(groups) };
   }
 
-  // Checks grouped by the node that must run them: everything together on a single Redis; by
+  // Writes back hits a local fallback admitted (lua/absorb.lua), MAX_BATCH entries per call.
+  async absorb(entries: readonly AbsorbEntry[]): Promise<void> {
+    await this.inBatches(entries, (batch) => {
+      const args: Arg[] = batch.map((e) => e.key);
+      args.push(this.time());
+      for (const e of batch) args.push(e.algorithm, e.limit, e.periodMs, e.burst, e.hits, e.windowStartMs ?? '', e.ageMs);
+      return this.run('absorb', 'absorb', batch.length, args);
+    });
+  }
+
+  // Gives back consumed hits (lua/refund.lua), MAX_BATCH entries per call.
+  async refund(entries: readonly RefundEntry[]): Promise<void> {
+    await this.inBatches(entries, (batch) => this.refundBatch(batch));
+  }
+
+  // Takes up to `units` of a limit's budget (lua/lease.lua).
+  async lease(spec: LimitSpec & { key: string }, units: number): Promise<LeaseGrant> {
+    const r = (await this.run('lease', 'lease', 1, [spec.key, this.time(), spec.algorithm, spec.limit, spec.periodMs, spec.burst, units])) as unknown[];
+    return { granted: Number(r[0]), takenAtMs: Number(r[1]), remaining: num(r[2]), resetMs: num(r[3]), retryAfterMs: num(r[4]) };
+  }
+
+  // Gives back `units` taken by a lease at `takenAtMs` (Redis time) that were not used.
+  async giveBack(spec: LimitSpec & { key: string }, units: number, takenAtMs: number): Promise<void> {
+    await this.run('give_back', 'refund', 1, [spec.key, this.time(), spec.algorithm, spec.limit, spec.periodMs, spec.burst, units, takenAtMs]);
+  }
+
+  // Puts back what a replica last saw of its counters after Redis lost its data
+  // (lua/restore.lua), MAX_BATCH entries per call.
+  async restore(entries: readonly RestoreEntry[]): Promise<void> {
+    await this.inBatches(entries, (batch) => {
+      const args: Arg[] = batch.map((e) => e.key);
+      args.push(this.time());
+      for (const e of batch) args.push(e.algorithm, e.limit, e.periodMs, e.burst, e.remaining, e.atMs);
+      return this.run('restore', 'restore', batch.length, args);
+    });
+  }
+
+  // Registers this replica in `${keyPrefix}{sluice-fleet}replicas` and reads the data epoch
+  // (`...epoch`), proposing `epoch` when Redis holds none (lua/heartbeat.lua).
+  async heartbeat(replicaId: string, ttlMs: number, epoch: string): Promise<{ replicas: number; nowMs: number; epoch: string }> {
+    const r = (await this.run('heartbeat', 'heartbeat', 2, [this.registryKey, this.epochKey, this.time(), replicaId, ttlMs, epoch])) as unknown[];
+    return { replicas: Number(r[0]), nowMs: Number(r[1]), epoch: String(r[2]) };
+  }
+
+  async leave(replicaId: string): Promise<void> {
+    await this.timed('leave', () => this.client().zrem(this.registryKey, replicaId));
+  }
+
+  // One real decision round-tripped: the decide script in peek mode on a key of its own, through
+  // every pool connection that is up, so that when it resolves every call sent before it on those
+  // connections has been answered (each connection keeps order). Fails when any of them fails.
+  async probe(): Promise<{ nowMs: number }> {
+    const up = this.options.clients.filter((c) => c.status === 'ready');
+    if (up.length === 0) return this.probeWith(this.client());
+    const replies = await Promise.all(up.map((c) => this.probeWith(c)));
+    return replies[0];
+  }
+
+  private async probeWith(client: RedisClient): Promise<{ nowMs: number }> {
+    const args: Arg[] = [`${this.options.keyPrefix}{sluice-probe}`, '0', this.time(), 'peek', 'fixed_window', 1, 1000, 1, 0, 'enforce'];
+    const reply = (await this.run('probe', 'decide', 1, args, client)) as unknown[];
+    return { nowMs: Number(reply[1]) };
+  }
+
+  // Whenever a connection becomes ready and no decision has round-tripped yet, probe through it
+  // until one does (or it goes down again), so readiness does not wait for the first request.
+  private probeUntilDecided(client: RedisClient): void {
+    if (this.decidedOnce || this.closed || this.probing.has(client)) return;
+    this.probing.add(client);
+    const attempt = (): void => {
+      if (this.decidedOnce || this.closed || client.status !== 'ready') {
+        this.probing.delete(client);
+        return;
+      }
+      if (!this.warm(client)) {
+        setTimeout(attempt, WARM_POLL_MS).unref();
+        return;
+      }
+      this.probeWith(client).then(
+        () => this.probing.delete(client),
+        () => setTimeout(attempt, PROBE_RETRY_MS).unref(),
+      );
+    };
+    attempt();
+  }
+
+  // ioredis opens a cluster's node connections lazily, on the first command to each; a command
+  // sent while one is still opening fails at once or waits out a 100 ms failover retry, and the
+  // deadline then answers it by fallback while Redis is healthy. So once the cluster client is
+  // ready every primary's connection is opened, and readiness waits for them. (Not earlier, on
+  // 'refresh': a node connection still opening fails the cluster client's own ready check, which
+  // then reconnects forever.) True when all are up.
+  private warm(client: RedisClient): boolean {
+    if (!this.options.cluster) return true;
+    let up = true;
+    for (const node of (client as Cluster).nodes('master')) {
+      if (node.status === 'ready') continue;
+      up = false;
+      if (node.status === 'wait') node.connect().catch(() => undefined);
+    }
+    return up;
+  }
+
+  private notify(): void {
+    for (const listener of this.listeners) listener();
+  }
+
+  // Dispatches synchronously (the refund queue relies on it: see refund-queue.ts).
+  private refundBatch(batch: readonly RefundEntry[]): Promise<void> {
+    const args: Arg[] = batch.map((e) => e.key);
+    args.push(this.time());
+    for (const e of batch) args.push(e.algorithm, e.limit, e.periodMs, e.burst, e.hits, e.decidedAtMs);
+    return this.run('refund', 'refund', batch.length, args).then(() => undefined);
+  }
+
+  // Runs batches (see batches()) with at most PARALLEL_BATCHES in flight; after a failure no new
+  // batch starts, and the first error is thrown once those in flight have finished.
+  private async inBatches<T extends { key: string }>(entries: readonly T[], send: (batch: T[]) => Promise<unknown>): Promise<void> {
+    const batches = this.batches(entries);
+    const landed = new Set<object>();
+    let next = 0;
+    let failure: { error: unknown } | undefined;
+    const worker = async (): Promise<void> => {
+      while (failure === undefined && next < batches.length) {
+        const batch = batches[next++];
+        try {
+          await send(batch);
+          for (const e of batch) landed.add(e);
+        } catch (error) {
+          failure ??= { error };
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(PARALLEL_BATCHES, batches.length) }, worker));
+    if (failure !== undefined) throw new PartialWrite((failure.error as Error).message, landed);
+  }
+
+  // Entries split into script calls: one hash slot each on a cluster, at most MAX_BATCH each.
+  private batches<T extends { key: string }>(entries: readonly T[]): T[][] {
+    const out: T[][] = [];
+    for (const idx of this.groups(entries)) {
+      for (let i = 0; i < idx.length; i += MAX_BATCH) out.push(idx.slice(i, i + MAX_BATCH).map((j) => entries[j]));
+    }
+    return out;
+  }
+
+  // Indexes grouped by the node that must run them: everything together on a single Redis; by
   // hash slot on a cluster (a script may only touch keys of one slot).
-  private groups(checks: readonly { key: string }[]): number[][] {
-    if (!this.options.cluster) return [checks.map((_, i) => i)];
+  private groups(items: readonly { key: string }[]): number[][] {
+    if (!this.options.cluster) return [items.map((_, i) => i)];
     const bySlot = new Map<number, number[]>();
-    checks.forEach((c, i) => {
+    items.forEach((c, i) => {
       const slot = calculateSlot(c.key);
       const group = bySlot.get(slot);
       if (group === undefined) bySlot.set(slot, [i]);
@@ -151,33 +313,46 @@ export class RedisStore implements Store {
     return [...bySlot.values()];
   }
 
-  private client(): ScriptClient {
+  // Round-robin over the connections that are up: a pool member that is down (reconnecting) gets
+  // no calls, instead of failing its share of them.
+  private client(): RedisClient {
     const clients = this.options.clients;
-    this.next = (this.next + 1) % clients.length;
-    return clients[this.next] as unknown as ScriptClient;
+    for (let tried = 0; tried < clients.length; tried++) {
+      this.next = (this.next + 1) % clients.length;
+      if (clients[this.next].status === 'ready') return clients[this.next];
+    }
+    throw new Error('no Redis connection ready');
+  }
+
+  private async run(operation: string, script: ScriptName, numKeys: number, args: Arg[], client?: RedisClient): Promise<unknown> {
+    const result = await this.timed(operation, () => this.call(client ?? this.client(), script, numKeys, args));
+    if (script === 'decide' && !this.decidedOnce) {
+      this.decidedOnce = true;
+      this.notify();
+    }
+    return result;
+  }
+
+  private async timed<T>(operation: string, fn: () => Promise<T>): Promise<T> {
+    const start = performance.now();
+    let ok = false;
+    try {
+      const result = await fn();
+      ok = true;
+      return result;
+    } finally {
+      this.options.events.storeCall(operation, (performance.now() - start) / 1000, ok);
+    }
   }
 
   // EVALSHA, reloading on NOSCRIPT. ioredis re-sends once, but a second flush (or failover) can
   // land between its reload and the retry; then EVAL with the whole script, which cannot miss.
-  private async run(name: ScriptName, numKeys: number, args: (string | number)[]): Promise<unknown> {
-    const start = performance.now();
-    let ok = false;
+  private async call(client: RedisClient, script: ScriptName, numKeys: number, args: Arg[]): Promise<unknown> {
     try {
-      const result = await this.call(name, numKeys, args);
-      ok = true;
-      return result;
-    } finally {
-      this.options.observe?.(OPERATION[name], (performance.now() - start) / 1000, ok);
-    }
-  }
-
-  private async call(name: ScriptName, numKeys: number, args: (string | number)[]): Promise<unknown> {
-    const client = this.client();
-    try {
-      return await client[name](numKeys, ...args);
+      return await send(client, COMMAND[script], numKeys, args);
     } catch (err) {
       if (!(err instanceof Error) || !err.message.includes('NOSCRIPT')) throw err;
-      return client.eval(this.scripts[name], numKeys, ...args);
+      return send(client, 'eval', this.scripts[script], numKeys, args);
     }
   }
 
@@ -187,9 +362,10 @@ export class RedisStore implements Store {
 
   private async decideGroup(all: readonly LimitCheck[], idx: number[], options: DecideOptions, scope: 'request' | 'group' | 'peek'): Promise<GroupResult> {
     const checks = idx.map((i) => all[i]);
-    const args: (string | number)[] = [options.countDeniedHits ? '1' : '0', this.time(), scope];
+    const args: Arg[] = checks.map((c) => c.key);
+    args.push(options.countDeniedHits ? '1' : '0', this.time(), scope);
     for (const c of checks) args.push(c.algorithm, c.limit, c.periodMs, c.burst, c.hits, c.mode);
-    const reply = (await this.run('sluiceDecide', checks.length, [...checks.map((c) => c.key), ...args])) as (string | number)[];
+    const reply = (await this.run(scope === 'peek' ? 'peek' : 'decide', 'decide', checks.length, args)) as unknown[];
     const outcomes = checks.map((_, j) => {
       const f = reply.slice(2 + j * FIELDS, 2 + (j + 1) * FIELDS);
       return {
@@ -203,15 +379,18 @@ export class RedisStore implements Store {
         resetBefore: num(f[7]),
       };
     });
-    return { checks: idx, admitted: reply[0] === 1, now: String(reply[1]), outcomes };
+    return { checks: idx, admitted: reply[0] === 1, now: Number(reply[1]), outcomes };
   }
 
-  private async combine(all: readonly LimitCheck[], groups: GroupResult[], options: DecideOptions): Promise<Decision> {
+  // The request rule across slot groups. A denial never waits for (or fails because of) giving
+  // back what other groups consumed: that goes to the refund queue, and the answer reports the
+  // counters as they were before this request.
+  private combine(all: readonly LimitCheck[], groups: GroupResult[], options: DecideOptions): Decision {
     const outcomes: (LimitOutcome & { remainingBefore: number; resetBefore: number })[] = [];
     for (const g of groups) g.checks.forEach((i, j) => (outcomes[i] = g.outcomes[j]));
     const admitted = admits(all.map((c) => c.mode), outcomes.map((o) => o.allowed));
     if (!admitted && !options.countDeniedHits) {
-      await this.refund(all, groups);
+      this.refunds.add(consumed(all, groups));
       for (const o of outcomes) {
         if (!o.consumed) continue;
         o.consumed = false;
@@ -219,21 +398,26 @@ export class RedisStore implements Store {
         o.resetMs = o.resetBefore;
       }
     }
-    return { admitted, outcomes: outcomes.map(strip) };
+    return { admitted, outcomes: outcomes.map(strip), storeTimeMs: latest(groups) };
   }
+}
 
-  // Gives back what groups consumed for a request that is denied after all.
-  private async refund(all: readonly LimitCheck[], groups: GroupResult[]): Promise<void> {
-    await Promise.all(
-      groups.map(async (g) => {
-        const consumed = g.checks.filter((_, j) => g.outcomes[j].consumed).map((i) => all[i]);
-        if (consumed.length === 0) return;
-        const args: (string | number)[] = [g.now, this.time()];
-        for (const c of consumed) args.push(c.algorithm, c.limit, c.periodMs, c.burst, c.hits);
-        await this.run('sluiceRefund', consumed.length, [...consumed.map((c) => c.key), ...args]);
-      }),
-    );
+// What the groups consumed, as refunds (each at its own group's Redis time).
+function consumed(all: readonly LimitCheck[], groups: GroupResult[]): RefundEntry[] {
+  const out: RefundEntry[] = [];
+  for (const g of groups) {
+    g.checks.forEach((i, j) => {
+      if (!g.outcomes[j].consumed) return;
+      const c = all[i];
+      out.push({ key: c.key, algorithm: c.algorithm, limit: c.limit, periodMs: c.periodMs, burst: c.burst, hits: c.hits, decidedAtMs: g.now });
+    });
   }
+  return out;
+}
+
+// A multi-slot decision's time: the latest of its groups' clocks (cluster nodes' clocks differ).
+function latest(groups: GroupResult[]): number | undefined {
+  return groups.length === 0 ? undefined : groups.reduce((t, g) => Math.max(t, g.now), -Infinity);
 }
 
 function strip(o: LimitOutcome & { remainingBefore: number; resetBefore: number }): LimitOutcome {
@@ -245,4 +429,10 @@ function strip(o: LimitOutcome & { remainingBefore: number; resetBefore: number 
     retryAfterMs: o.retryAfterMs,
     usedBefore: o.usedBefore,
   };
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms)));
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }

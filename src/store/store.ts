@@ -6,7 +6,7 @@ export interface LimitCheck extends LimitSpec {
   key: string;
   hits: number;
   mode: LimitMode;
-  // Units per lease when the rule asks for leases (`lease` in rate_limit); see store/leases.ts.
+  // Units per lease when the rule asks for leases (`lease` in rate_limit); see stages/leases.ts.
   lease?: number;
 }
 
@@ -16,20 +16,26 @@ export interface LimitOutcome {
   // The hits were written to this limit's counter.
   consumed: boolean;
   // The counter after the decision (consumed or not): whole requests left, ms until empty.
-  remaining: number;
-  resetMs: number;
+  // undefined = not known (an answer made without asking the store for this limit: a cached
+  // denial of another limit of the request, or the `allow` fallback). Never guessed.
+  remaining: number | undefined;
+  resetMs: number | undefined;
   // 0 when allowed; ms until the same hits would be allowed; Infinity when never.
   retryAfterMs: number;
-  // Budget in use before this request, in requests (for near-limit statistics).
+  // Budget in use before this request, in requests (for near-limit statistics; 0 when unknown).
   usedBefore: number;
 }
+
+export type DegradedPolicy = 'local' | 'allow';
 
 export interface Decision {
   // The request as a whole is admitted (see admits() in limiter/policy.ts).
   admitted: boolean;
   outcomes: LimitOutcome[];
   // Set when the shared store could not decide and a fallback did ('local' limiter or 'allow').
-  degraded?: { policy: 'local' | 'allow'; reason: string };
+  degraded?: { policy: DegradedPolicy; reason: string };
+  // The shared store's clock (Redis TIME, ms) when it decided; absent for local decisions.
+  storeTimeMs?: number;
 }
 
 export interface DecideOptions {
@@ -43,17 +49,22 @@ export interface DecideOptions {
 
 // A counter store. decide() evaluates all limits of one request atomically: no other decide()
 // interleaves between reading the counters and writing them. The memory store gets that from the
-// event loop, the Redis store from running one Lua script per request.
+// event loop, the Redis store from running one Lua script per request (per slot group).
+//
+// The resilience stages (stages/) implement Store too, each wrapping the next; compose.ts stacks
+// them in one place.
 export interface Store {
   readonly kind: string;
   decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision>;
   // The decision decide() would make now, without writing anything (the explain endpoint).
   peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision>;
-  // Reachable and able to decide (health checks).
+  // Able to decide (health checks).
   ready(): boolean;
   // Why answers are degraded right now (a fallback decides), if they are.
   degraded?(): string | undefined;
   // Called whenever ready() may have changed (connections come and go).
   onReadyChange?(listener: () => void): void;
+  // A new config was swapped in: forget what was derived from the old one (cached denials, leases).
+  configChanged?(): void;
   close(): Promise<void>;
 }

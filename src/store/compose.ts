@@ -1,0 +1,192 @@
+import { randomUUID } from 'node:crypto';
+import { type Clock, monotonicClock } from '../clock';
+import type { Settings } from '../settings';
+import type { BreakerOptions } from './breaker';
+import type { StoreEvents } from './events';
+import { MAX_BATCH, type RestoreEntry, type SharedOps } from './shared';
+import { MemoryStore } from './memory';
+import type { RedisStore } from './redis';
+import { BreakerStage } from './stages/breaker';
+import { DeadlineStage } from './stages/deadline';
+import { DataEpoch } from './stages/epoch';
+import { type FallbackPolicy, FallbackStage } from './stages/fallback';
+import { Journal } from './stages/journal';
+import { LagMonitor } from './stages/lag';
+import { LastKnown } from './stages/last-known';
+import { LeaseStage } from './stages/leases';
+import { OverLimitCacheStage } from './stages/over-limit';
+import { ReplicaRegistry } from './stages/replicas';
+import { Stage } from './stages/stage';
+import { StoreClock } from './stages/store-clock';
+import type { Store } from './store';
+
+export interface RedisStackOptions {
+  // Local time, for durations only (tests pass a manual clock).
+  clock: Clock;
+  storeDeadlineMs: number;
+  deadlineMarginMs: number;
+  // REDIS_TIMEOUT: a call unanswered this long opens the breaker.
+  stalledMs: number;
+  breaker: Omit<BreakerOptions, 'clock' | 'onChange' | 'recover'>;
+  policy: FallbackPolicy;
+  domainPolicies: ReadonlyMap<string, FallbackPolicy>;
+  share: number | 'auto';
+  replicaTtlMs: number;
+  replicaId: string;
+  overLimitCacheSize: number;
+  // undefined: no leases at all.
+  leases?: { autoThreshold: number; autoShare: number; ttlMs: number; lowWater: number };
+  memoryMaxKeys: number;
+  // While the breaker is closed, journal entries left by single timeouts are written back this
+  // often, ms.
+  journalFlushMs: number;
+}
+
+export function redisStackOptions(s: Settings): RedisStackOptions {
+  const domainPolicies = new Map<string, FallbackPolicy>();
+  for (const entry of s.fallbackDomainPolicies) {
+    const eq = entry.lastIndexOf('=');
+    domainPolicies.set(entry.slice(0, eq), entry.slice(eq + 1) as FallbackPolicy);
+  }
+  return {
+    clock: monotonicClock,
+    storeDeadlineMs: s.storeDeadlineMs,
+    deadlineMarginMs: s.deadlineMarginMs,
+    stalledMs: s.redisTimeoutMs,
+    breaker: { windowMs: s.breakerWindowMs, minCalls: s.breakerMinCalls, failureRatio: s.breakerFailureRatio, cooldownMs: s.breakerCooldownMs },
+    policy: s.fallbackPolicy,
+    domainPolicies,
+    share: s.fallbackShare,
+    replicaTtlMs: s.replicaTtlMs,
+    replicaId: randomUUID(),
+    overLimitCacheSize: s.overLimitCacheSize,
+    leases: { autoThreshold: s.leaseAutoThreshold, autoShare: s.leaseAutoShare, ttlMs: s.leaseTtlMs, lowWater: s.leaseLowWater },
+    memoryMaxKeys: s.memoryMaxKeys,
+    journalFlushMs: 1000,
+  };
+}
+
+// The production Redis stack, composed in this one place, outermost first:
+//
+//   over-limit cache → leases → fallback (+ journal) → breaker → deadline → Redis
+//
+// Only what the breaker lets through reaches Redis, within the caller's budget; whatever Redis
+// cannot decide the fallback does, journaling what it admits; the breaker closes again only after
+// a real decision round-tripped and the journal (and pending refunds) reached Redis.
+export function createRedisStack(redis: RedisStore, events: StoreEvents, o: RedisStackOptions): Store {
+  const lag = new LagMonitor();
+  const storeClock = new StoreClock(o.clock);
+  const local = new MemoryStore({ clock: storeClock, maxKeys: o.memoryMaxKeys });
+  const journal = new Journal(redis, o.clock, events);
+  const lastKnown = new LastKnown();
+  let breaker: BreakerStage | undefined;
+  const epoch = new DataEpoch((reason) => breaker?.breaker.trip(reason));
+  const replicas = new ReplicaRegistry(redis, {
+    epoch,
+    id: o.replicaId,
+    ttlMs: o.replicaTtlMs,
+    events,
+    clock: o.clock,
+    observe: (nowMs, sent, received) => storeClock.observe(nowMs, sent, received),
+  });
+  const deadline = new DeadlineStage(redis, { storeDeadlineMs: o.storeDeadlineMs, marginMs: o.deadlineMarginMs, lag });
+  let fallback: FallbackStage | undefined;
+  const recover = async () => {
+    const sent = o.clock.now();
+    const probing = redis.probe();
+    // A frozen Redis answers the probe when it thaws, long after this attempt gave up: recover
+    // then, at once, rather than a cool-down later (replicas recovering together keep the window
+    // where one decides on Redis before another's write-back lands short).
+    probing.then(() => breaker?.breaker.probeNow('Redis answered a late probe'), () => undefined);
+    const probe = await withTimeout(probing, o.stalledMs, 'recovery probe');
+    storeClock.observe(probe.nowMs, sent, o.clock.now());
+    const beat = await withTimeout(redis.heartbeat(o.replicaId, o.replicaTtlMs, epoch.proposal), o.stalledMs, 'recovery heartbeat');
+    if (epoch.adopt(beat.epoch)) await restore(redis, lastKnown, events);
+    // Calls sent before the probe have answered by now (one connection keeps order); let their
+    // outcomes reach the journal before it is written.
+    await fallback?.settleLate(o.stalledMs);
+    await redis.refunds.drain();
+    await journal.flush();
+    // Redis has the truth again; the next outage starts from what it says then.
+    local.clear();
+    void replicas.beat();
+  };
+  breaker = new BreakerStage(deadline, { clock: o.clock, breaker: o.breaker, stalledMs: o.stalledMs, recover, connected: () => redis.connected(), events });
+  const closed = () => breaker?.closedNow === true;
+  const share = () => (o.share === 'auto' ? 1 / (replicas.count ?? 1) : o.share);
+  fallback = new FallbackStage(breaker, {
+    policy: o.policy,
+    domainPolicies: o.domainPolicies,
+    local,
+    journal,
+    lastKnown,
+    clock: o.clock,
+    storeClock,
+    share,
+    refund: (entries) => redis.refunds.add(entries),
+    events,
+  });
+  let top: Store = fallback;
+  let leases: LeaseStage | undefined;
+  if (o.leases !== undefined) {
+    leases = new LeaseStage(fallback, redis, {
+      ...o.leases,
+      clock: o.clock,
+      usable: () => closed(),
+      waitMs: (options) => deadline.budgetMs(options),
+      onGrant: (check, grant) => lastKnown.recordOne(check, grant.remaining, grant.takenAtMs),
+      events,
+    });
+    top = leases;
+  }
+  top = new OverLimitCacheStage(top, {
+    clock: o.clock,
+    size: o.overLimitCacheSize,
+    isLeased: (c) => leases?.isLeased(c) ?? false,
+    leaseTtlMs: o.leases?.ttlMs ?? Infinity,
+    events,
+  });
+  // Single timeouts leave journal entries while the breaker stays closed: write them back too.
+  const flusher = setInterval(() => {
+    if (closed() && journal.size > 0) journal.flush().catch(() => undefined);
+  }, o.journalFlushMs);
+  flusher.unref();
+  return new Lifecycle(top, async () => {
+    clearInterval(flusher);
+    lag.close();
+    if (closed()) await journal.flush().catch(() => undefined);
+    await replicas.close();
+    await redis.refunds.drain().catch(() => undefined);
+    redis.refunds.close();
+    await local.close();
+  });
+}
+
+// The outermost wrapper: closes the stack's own timers and helpers before the stages.
+class Lifecycle extends Stage {
+  constructor(
+    inner: Store,
+    private readonly before: () => Promise<void>,
+  ) {
+    super(inner);
+  }
+
+  override async close(): Promise<void> {
+    await this.before();
+    await this.inner.close();
+  }
+}
+
+// Puts back what this replica last saw of every counter, after Redis lost its data.
+async function restore(shared: Pick<SharedOps, 'restore'>, lastKnown: LastKnown, events: StoreEvents): Promise<void> {
+  const entries: RestoreEntry[] = [];
+  for (const k of lastKnown.all()) entries.push({ key: k.key, ...k.spec, remaining: k.remaining, atMs: k.atMs });
+  for (let i = 0; i < entries.length; i += MAX_BATCH) await shared.restore(entries.slice(i, i + MAX_BATCH));
+  events.restored(entries.length);
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms)));
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}

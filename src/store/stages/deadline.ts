@@ -1,0 +1,92 @@
+import type { DecideOptions, Decision, LimitCheck, Store } from '../store';
+import type { LagMonitor } from './lag';
+import { Stage } from './stage';
+
+export interface DeadlineOptions {
+  // Budget for callers that give no deadline of their own, ms.
+  storeDeadlineMs: number;
+  // Kept back from the caller's deadline for the answer to travel, ms.
+  marginMs: number;
+  lag: LagMonitor;
+}
+
+// Redis did not answer within the caller's budget. `late` is the call itself, which goes on: its
+// outcome (consumed or not) still matters to the fallback's journal. `redisFault` is false when
+// this process was too busy to notice an answer in time (event-loop lag of at least half the
+// budget): then the miss says nothing about Redis.
+export class DeadlineExceeded extends Error {
+  constructor(
+    message: string,
+    readonly redisFault: boolean,
+    readonly lagMs: number,
+    readonly late?: Promise<Decision>,
+  ) {
+    super(message);
+    this.name = 'DeadlineExceeded';
+  }
+}
+
+type Settled = { ok: true; value: Decision } | { ok: false; error: unknown };
+
+// Time belongs to the caller: a call waits for Redis until the caller's deadline minus the margin
+// (STORE_DEADLINE only when the caller gave none), never a fixed shorter time.
+export class DeadlineStage extends Stage {
+  constructor(
+    inner: Store,
+    private readonly o: DeadlineOptions,
+  ) {
+    super(inner);
+  }
+
+  // The caller's remaining time minus what the answer needs to reach it: DEADLINE_MARGIN, or a
+  // tenth of the remaining time when that is more (a loaded process needs longer than 2 ms to send
+  // an answer; a 20 ms Envoy deadline keeps its 18 ms, a 1 s one keeps 900 ms).
+  budgetMs(options: DecideOptions): number {
+    if (options.deadlineAt === undefined) return this.o.storeDeadlineMs;
+    const left = options.deadlineAt - Date.now();
+    return left - Math.max(this.o.marginMs, left / 10);
+  }
+
+  override decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    return this.bounded(options, () => this.inner.decide(checks, options));
+  }
+
+  override peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    return this.bounded(options, () => this.inner.peek(checks, options));
+  }
+
+  private bounded(options: DecideOptions, start: () => Promise<Decision>): Promise<Decision> {
+    const budget = this.budgetMs(options);
+    if (budget <= 0) return Promise.reject(new DeadlineExceeded('no time left before the caller deadline', false, 0));
+    const startedAt = performance.now();
+    const call = start();
+    let settled: Settled | undefined;
+    call.then(
+      (value) => (settled = { ok: true, value }),
+      (error: unknown) => (settled = { ok: false, error }),
+    );
+    return new Promise<Decision>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const done = (s: Settled) => {
+        clearTimeout(timer);
+        if (s.ok) resolve(s.value);
+        else reject(s.error);
+      };
+      call.then(
+        (value) => done({ ok: true, value }),
+        (error: unknown) => done({ ok: false, error }),
+      );
+      timer = setTimeout(() => {
+        // Let I/O that is already waiting be read first: an answer sitting in the socket while
+        // this process was busy is an answer in time, not a Redis failure.
+        setImmediate(() => {
+          if (settled !== undefined) return done(settled);
+          const lag = this.o.lag.maxLagSince(startedAt);
+          const redisFault = lag < budget / 2;
+          const why = redisFault ? '' : ` (this process was busy: event-loop lag ${Math.round(lag)} ms)`;
+          reject(new DeadlineExceeded(`no answer from Redis within ${Math.round(budget)} ms${why}`, redisFault, lag, call));
+        });
+      }, budget);
+    });
+  }
+}

@@ -1,0 +1,26 @@
+import { randomUUID } from 'node:crypto';
+
+// Redis' data epoch: a value kept in Redis that every replica reads with its heartbeat. It changes
+// exactly when Redis lost its data (a restart without persistence, a flush): then the counters
+// no longer hold the hits Redis admitted before, and each replica puts back what it last saw
+// (lua/restore.lua) before Redis decides for it again.
+export class DataEpoch {
+  // Proposed when Redis holds none (the first replica to ask after a loss sets it).
+  readonly proposal = randomUUID();
+  private known: string | undefined;
+
+  constructor(private readonly onLost: (reason: string) => void) {}
+
+  // A heartbeat's epoch. A change is not adopted here: recovery adopts it after restoring.
+  observe(epoch: string): void {
+    if (this.known === undefined) this.known = epoch;
+    else if (epoch !== this.known) this.onLost('Redis lost its data (epoch changed)');
+  }
+
+  // Recovery's epoch: true when it differs from the one known, i.e. the data must be restored.
+  adopt(epoch: string): boolean {
+    const lost = this.known !== undefined && epoch !== this.known;
+    this.known = epoch;
+    return lost;
+  }
+}

@@ -1,0 +1,42 @@
+import type { LimitSpec } from '../../limiter/algorithms';
+import type { Decision, LimitCheck } from '../store';
+
+export interface Known {
+  key: string;
+  spec: LimitSpec;
+  // Whole requests Redis said remain after its decision.
+  remaining: number;
+  // Redis time of that decision.
+  atMs: number;
+}
+
+const MAX_KEYS = 100_000;
+
+// What Redis last said remains, per counter: where a fallback starts from when Redis goes away.
+// Bounded; the least recently updated key goes first.
+export class LastKnown {
+  private readonly known = new Map<string, Known>();
+
+  record(checks: readonly LimitCheck[], decision: Decision): void {
+    const at = decision.storeTimeMs;
+    if (at === undefined || decision.degraded !== undefined) return;
+    decision.outcomes.forEach((o, i) => {
+      if (o.remaining !== undefined) this.recordOne(checks[i], o.remaining, at);
+    });
+  }
+
+  recordOne(check: LimitCheck, remaining: number, atMs: number): void {
+    const { key, algorithm, limit, periodMs, burst } = check;
+    this.known.delete(key);
+    if (this.known.size >= MAX_KEYS) this.known.delete(this.known.keys().next().value as string);
+    this.known.set(key, { key, spec: { algorithm, limit, periodMs, burst }, remaining, atMs });
+  }
+
+  get(key: string): Known | undefined {
+    return this.known.get(key);
+  }
+
+  all(): IterableIterator<Known> {
+    return this.known.values();
+  }
+}

@@ -1,0 +1,314 @@
+import type { Clock } from '../../clock';
+import { windowStart } from '../../limiter/algorithms/types';
+import type { StoreEvents } from '../events';
+import type { LeaseGrant, SharedOps } from '../shared';
+import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from '../store';
+import { Stage } from './stage';
+
+export interface LeaseOptions {
+  clock: Clock;
+  // Requests per second for one key at this replica that make it hot (auto leases); 0 = off.
+  autoThreshold: number;
+  // Units per lease for hot keys without a rule `lease`: this share of the limit, at least 1.
+  autoShare: number;
+  // How long a lease is kept before unused units go back (a window lease ends with its window).
+  ttlMs: number;
+  // Refill in the background when a lease falls below this share of its size.
+  lowWater: number;
+  // May a call go to Redis now (the breaker is closed)?
+  usable: () => boolean;
+  // Longest a request waits for a take, ms (the caller's budget).
+  waitMs: (options: DecideOptions) => number;
+  // Every take's answer: what Redis said remains, at Redis time.
+  onGrant?: (check: LimitCheck, grant: LeaseGrant) => void;
+  events: StoreEvents;
+}
+
+interface Lease {
+  check: LimitCheck;
+  size: number;
+  available: number;
+  // Redis time of the take that opened the lease; a window lease serves that window only.
+  takenAtMs: number;
+  windowStartMs?: number;
+  // Local time after which the lease serves nothing (its window's end or the TTL, whichever first).
+  expiresAt: number;
+  // What Redis said remains after the last take, and when the counter resets (local time).
+  remainingAtTake: number;
+  resetAt: number;
+}
+
+interface Reservation {
+  lease: Lease;
+  hits: number;
+}
+
+const HOT_FOR_MS = 10_000;
+const MAX_TRACKED = 10_000;
+
+function isWindow(c: LimitCheck): boolean {
+  return c.algorithm === 'fixed_window' || c.algorithm === 'sliding_window';
+}
+
+// Leased token batches for hot keys: a replica takes a batch of units from the global budget in
+// one script call, serves requests from it locally, refills in the background at a low-water
+// mark, and gives back what is unused when the lease expires. Units are taken before they are
+// served, so the fleet never admits more than the limit; the price is under-admission while other
+// replicas hold unused units (at most their lease sizes, for at most the lease TTL).
+//
+// A lease follows Redis' clock: it carries the window Redis took it in and ends, on the local
+// clock, no later than that window's end measured from when the take was sent.
+export class LeaseStage extends Stage {
+  private readonly leases = new Map<string, Lease>();
+  private readonly rates = new Map<string, { second: number; count: number; hotUntil: number }>();
+  // One take in flight per key: a burst waits for it instead of each taking a batch.
+  private readonly taking = new Map<string, Promise<void>>();
+  // Keys whose last take came back empty: denied here until units may be back (a lease TTL at
+  // most, since units other replicas hold return within it), so a burst costs Redis one take.
+  private readonly exhausted = new Map<string, { until: number; retryAfterMs: number; resetMs: number }>();
+  private readonly sweeper: NodeJS.Timeout;
+
+  constructor(
+    inner: Store,
+    private readonly shared: Pick<SharedOps, 'lease' | 'giveBack'>,
+    private readonly o: LeaseOptions,
+  ) {
+    super(inner);
+    this.sweeper = setInterval(() => this.expire(), 100);
+    this.sweeper.unref();
+  }
+
+  // Whether `check` is served from leases (a rule lease, or hot right now): a cached denial of it
+  // must not outlive a lease TTL, since units held elsewhere come back within it.
+  isLeased(check: LimitCheck): boolean {
+    if (check.lease !== undefined) return true;
+    const r = this.rates.get(check.key);
+    return r !== undefined && r.hotUntil > this.o.clock.now();
+  }
+
+  override async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    // Upstream counting wants every hit in Redis.
+    if (options.countDeniedHits) return this.inner.decide(checks, options);
+    const waitMs = Math.max(0, this.o.waitMs(options));
+    const reserved = await Promise.all(checks.map((c) => this.reserve(c, waitMs)));
+    const denied = this.exhaustedDenial(checks);
+    if (denied !== undefined) {
+      for (const r of reserved) if (r !== undefined) this.release(r);
+      return denied;
+    }
+    const rest = checks.map((_, i) => i).filter((i) => reserved[i] === undefined);
+    if (rest.length === 0) return { admitted: true, outcomes: reserved.map((r) => this.commit(r as Reservation)) };
+    let shared: Decision;
+    try {
+      shared = await this.inner.decide(rest.length === checks.length ? checks : rest.map((i) => checks[i]), options);
+    } catch (err) {
+      for (const r of reserved) if (r !== undefined) this.release(r);
+      throw err;
+    }
+    if (rest.length === checks.length) return shared;
+    const outcomes: LimitOutcome[] = [];
+    rest.forEach((i, j) => (outcomes[i] = shared.outcomes[j]));
+    reserved.forEach((r, i) => {
+      if (r === undefined) return;
+      if (shared.admitted) outcomes[i] = this.commit(r);
+      else {
+        this.release(r);
+        outcomes[i] = { ...this.outcome(r), consumed: false };
+      }
+    });
+    return { ...shared, outcomes };
+  }
+
+  override configChanged(): void {
+    // Lease sizes and limits come from the config: start over with the new one.
+    for (const lease of [...this.leases.values()]) void this.retire(lease);
+    this.inner.configChanged?.();
+  }
+
+  override async close(): Promise<void> {
+    clearInterval(this.sweeper);
+    await Promise.all([...this.leases.values()].map((l) => this.retire(l)));
+    await this.inner.close();
+  }
+
+  // Reserves `check.hits` from this replica's lease, waiting up to `waitMs` for a take when the
+  // lease is short; undefined when the check must go the ordinary way (no lease for it, Redis
+  // unusable, a take that came back empty or too late).
+  private async reserve(check: LimitCheck, waitMs: number): Promise<Reservation | undefined> {
+    const size = this.leaseSize(check);
+    if (size === 0 || check.hits > size || this.isExhausted(check.key, this.o.clock.now())) return undefined;
+    // Two takes at most (one may land in a window that is already over), then a last look.
+    for (let attempt = 0; attempt <= 2; attempt++) {
+      const lease = this.live(check.key);
+      if (lease !== undefined && lease.available >= check.hits) {
+        lease.available -= check.hits;
+        if (lease.available < size * this.o.lowWater && this.o.usable()) void this.refill(check, size, lease);
+        return { lease, hits: check.hits };
+      }
+      if (attempt === 2 || !this.o.usable() || waitMs <= 0) return undefined;
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), waitMs)));
+      const result = await Promise.race([this.refill(check, size, lease), late]);
+      clearTimeout(timer);
+      if (result === 'late') return undefined;
+    }
+    return undefined;
+  }
+
+  // A request with an enforced limit whose lease is exhausted is denied: that limit is known to
+  // have nothing left (remaining 0); the others were not asked, so theirs is unknown.
+  private exhaustedDenial(checks: readonly LimitCheck[]): Decision | undefined {
+    const now = this.o.clock.now();
+    const i = checks.findIndex((c) => c.mode === 'enforce' && c.hits > 0 && this.isExhausted(c.key, now));
+    if (i < 0) return undefined;
+    const e = this.exhausted.get(checks[i].key)!;
+    this.o.events.overLimitCacheHit();
+    const wait = Math.max(0, e.until - now);
+    const outcomes = checks.map((c, j): LimitOutcome =>
+      j === i
+        ? { allowed: false, consumed: false, remaining: 0, resetMs: Math.max(0, e.resetMs), retryAfterMs: Math.min(e.retryAfterMs, wait), usedBefore: c.algorithm === 'token_bucket' || c.algorithm === 'gcra' ? c.burst : c.limit }
+        : { allowed: true, consumed: false, remaining: undefined, resetMs: undefined, retryAfterMs: 0, usedBefore: 0 },
+    );
+    return { admitted: false, outcomes };
+  }
+
+  private isExhausted(key: string, now: number): boolean {
+    const e = this.exhausted.get(key);
+    if (e === undefined) return false;
+    if (e.until > now) return true;
+    this.exhausted.delete(key);
+    return false;
+  }
+
+  private live(key: string): Lease | undefined {
+    const lease = this.leases.get(key);
+    if (lease === undefined || lease.expiresAt > this.o.clock.now()) return lease;
+    void this.retire(lease);
+    return undefined;
+  }
+
+  private commit(r: Reservation): LimitOutcome {
+    this.o.events.leaseServed(r.hits);
+    return this.outcome(r);
+  }
+
+  private release(r: Reservation): void {
+    if (this.leases.get(r.lease.check.key) === r.lease) r.lease.available += r.hits;
+    else void this.giveBackUnits(r.lease, r.hits);
+  }
+
+  // Remaining as of the last take: what Redis said then plus the units this replica still holds.
+  private outcome(r: Reservation): LimitOutcome {
+    const now = this.o.clock.now();
+    const used = r.lease.check.limit - r.lease.remainingAtTake - r.lease.available;
+    return {
+      allowed: true,
+      consumed: true,
+      remaining: Math.max(0, r.lease.remainingAtTake + r.lease.available),
+      resetMs: Math.max(0, r.lease.resetAt - now),
+      retryAfterMs: 0,
+      usedBefore: Math.max(0, used - r.hits),
+    };
+  }
+
+  private leaseSize(check: LimitCheck): number {
+    if (check.mode !== 'enforce' || check.hits <= 0) return 0;
+    if (check.lease !== undefined) return check.lease;
+    if (this.o.autoThreshold <= 0 || !this.isHot(check.key)) return 0;
+    return Math.max(1, Math.floor(check.limit * this.o.autoShare));
+  }
+
+  private isHot(key: string): boolean {
+    const now = this.o.clock.now();
+    const second = Math.floor(now / 1000);
+    let r = this.rates.get(key);
+    if (r === undefined) {
+      if (this.rates.size >= MAX_TRACKED) this.rates.clear();
+      r = { second, count: 0, hotUntil: 0 };
+      this.rates.set(key, r);
+    }
+    if (r.second !== second) {
+      r.second = second;
+      r.count = 0;
+    }
+    if (++r.count >= this.o.autoThreshold) r.hotUntil = now + HOT_FOR_MS;
+    return r.hotUntil > now;
+  }
+
+  private refill(check: LimitCheck, size: number, lease: Lease | undefined): Promise<void> {
+    const inFlight = this.taking.get(check.key);
+    if (inFlight !== undefined) return inFlight;
+    const wanted = lease === undefined ? size : Math.max(1, size - lease.available);
+    const sentAt = this.o.clock.now();
+    const take = this.shared.lease(check, wanted).then(
+      (grant) => {
+        this.taking.delete(check.key);
+        this.granted(check, size, grant, sentAt);
+      },
+      () => {
+        this.taking.delete(check.key);
+      },
+    );
+    this.taking.set(check.key, take);
+    return take;
+  }
+
+  private granted(check: LimitCheck, size: number, grant: LeaseGrant, sentAt: number): void {
+    this.o.onGrant?.(check, grant);
+    const now = this.o.clock.now();
+    if (grant.granted === 0) {
+      if (this.exhausted.size >= MAX_TRACKED) this.exhausted.clear();
+      const until = now + Math.min(grant.retryAfterMs, this.o.ttlMs);
+      this.exhausted.set(check.key, { until, retryAfterMs: grant.retryAfterMs, resetMs: grant.resetMs });
+      return;
+    }
+    this.exhausted.delete(check.key);
+    this.o.events.leaseTaken(grant.granted);
+    const windowStartMs = isWindow(check) ? windowStart(grant.takenAtMs, check.periodMs) : undefined;
+    // Redis took the units at takenAtMs, no earlier than we sent the take: counting the window's
+    // rest from the send time ends the lease no later than the window does.
+    const windowLeft = windowStartMs === undefined ? Infinity : windowStartMs + check.periodMs - grant.takenAtMs;
+    const expiresAt = sentAt + Math.min(this.o.ttlMs, windowLeft);
+    const old = this.leases.get(check.key);
+    // A refill joins the live lease only when Redis took it in the same window.
+    if (old !== undefined && old.expiresAt > now && old.windowStartMs === windowStartMs) {
+      old.available += grant.granted;
+      old.remainingAtTake = grant.remaining;
+      old.resetAt = now + grant.resetMs;
+      return;
+    }
+    if (old !== undefined) void this.retire(old);
+    this.leases.set(check.key, {
+      check,
+      size,
+      available: grant.granted,
+      takenAtMs: grant.takenAtMs,
+      windowStartMs,
+      expiresAt,
+      remainingAtTake: grant.remaining,
+      resetAt: now + grant.resetMs,
+    });
+  }
+
+  private expire(): void {
+    const now = this.o.clock.now();
+    for (const lease of this.leases.values()) if (lease.expiresAt <= now) void this.retire(lease);
+  }
+
+  private async retire(lease: Lease): Promise<void> {
+    if (this.leases.get(lease.check.key) === lease) this.leases.delete(lease.check.key);
+    const unused = lease.available;
+    lease.available = 0;
+    await this.giveBackUnits(lease, unused);
+  }
+
+  private async giveBackUnits(lease: Lease, units: number): Promise<void> {
+    if (units <= 0) return;
+    try {
+      await this.shared.giveBack(lease.check, units, lease.takenAtMs);
+      this.o.events.leaseReturned(units);
+    } catch {
+      // Redis is away: the units are lost to their window (under-admission, never over).
+    }
+  }
+}
