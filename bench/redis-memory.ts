@@ -1,6 +1,7 @@
 import { Redis } from 'ioredis';
 import { counterKey } from '../src/keys';
 import type { Algorithm } from '../src/model';
+import { silentEvents } from '../src/store/events';
 import { RedisStore } from '../src/store/redis';
 import { startRedis } from '../test/support/redis';
 
@@ -22,7 +23,7 @@ export async function redisMemory(count = 20_000): Promise<{ algorithm: Algorith
     return `skipped: ${(err as Error).message}`;
   }
   const client = new Redis({ port: node.port, host: '127.0.0.1' });
-  const store = new RedisStore({ clients: [client], cluster: false });
+  const store = new RedisStore({ clients: [client], cluster: false, events: silentEvents, keyPrefix: 'sluice:' });
   const rows = [];
   try {
     for (const algorithm of ALGORITHMS) {

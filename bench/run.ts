@@ -1,4 +1,5 @@
 import os from 'node:os';
+import { fleetBench } from './fleet';
 import { grpcBench, type GrpcRow } from './grpc-load';
 import { memoryPerKey, microBench } from './micro';
 import { redisMemory } from './redis-memory';
@@ -40,6 +41,15 @@ async function main(): Promise<void> {
     const redis = grpc.redis;
     console.log('  Redis store / memory store, same run:');
     grpc.memory.slice(1).forEach((m, i) => console.log(`    ${m.name.padEnd(44)} ${(redis[i + 1].reqPerSec / m.reqPerSec).toFixed(3)}`));
+  }
+  const fleet = await fleetBench(requests);
+  console.log('\n2 replicas on one Redis, default settings (automatic leases), one h2load per replica at once:');
+  if (typeof fleet === 'string') console.log(`  ${fleet}`);
+  else {
+    const memory = grpc.memory.find((r) => r.name.startsWith('ShouldRateLimit fixed_window'));
+    console.log(`  ${fleet.command}`);
+    console.log(`  per replica ${fleet.perReplica.map(fmt).join(' + ')} = ${fmt(fleet.total)} req/s` + (memory ? `, ${(fleet.total / memory.reqPerSec).toFixed(3)} x the memory store's single process` : ''));
+    console.log(`  degraded answers ${fleet.degraded}, breaker transitions ${fleet.breakerTransitions}, hits served from leases ${fleet.leaseServed}, failed or non-2xx ${fleet.failedOrNot2xx}`);
   }
 }
 
