@@ -104,7 +104,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'shutdownDelayMs', flag: 'shutdown-delay', env: ['SHUTDOWN_DELAY'], kind: 'duration', def: 0, help: 'on SIGTERM, keep serving this long with health NOT_SERVING so load balancers drain' },
   { key: 'drainTimeoutMs', flag: 'drain-timeout', env: ['DRAIN_TIMEOUT'], kind: 'duration', def: 10_000, help: 'on SIGTERM, longest wait for in-flight calls before closing' },
   { key: 'logLevel', flag: 'log-level', env: ['LOG_LEVEL'], kind: 'enum', def: 'info', choices: ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'], help: 'log level; request lines are logged at debug' },
-  { key: 'store', flag: 'store', env: ['STORE', 'BACKEND_TYPE'], kind: 'enum', def: 'memory', choices: ['memory', 'redis'], help: 'counter store: memory (one process) or redis (shared by replicas)' },
+  { key: 'store', flag: 'store', env: ['STORE', 'BACKEND_TYPE'], kind: 'enum', def: 'memory', choices: ['memory', 'redis'], help: 'counter store: memory (one process) or redis (shared by replicas; ready once Redis was reached and one real decision round-tripped)' },
   { key: 'memoryMaxKeys', flag: 'memory-max-keys', env: ['MEMORY_MAX_KEYS'], kind: 'int', def: 1_000_000, help: 'most counters the memory store keeps; beyond, least recently written are evicted' },
   { key: 'redisUrl', flag: 'redis-url', env: ['REDIS_URL'], kind: 'string', def: 'redis://127.0.0.1:6379', help: 'single: redis[s]://[user:pass@]host:port[/db], host:port or a unix socket path; sentinel: master,host:port[,host:port]; cluster: host:port[,host:port]' },
   { key: 'redisType', flag: 'redis-type', env: ['REDIS_TYPE'], kind: 'enum', def: 'single', choices: ['single', 'sentinel', 'cluster'], help: 'Redis deployment' },
