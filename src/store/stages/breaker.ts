@@ -34,6 +34,7 @@ export class BreakerStage extends Stage {
   private readonly inflight = new Map<number, number>();
   private seq = 0;
   private readonly watchdog: NodeJS.Timeout;
+  private readonly readyListeners: (() => void)[] = [];
 
   constructor(
     inner: Store,
@@ -48,6 +49,7 @@ export class BreakerStage extends Stage {
         // Calls from before an outage are no news once it is known; only new calls are watched.
         if (to === 'open') this.inflight.clear();
         o.events.breaker(from, to, reason);
+        for (const listener of this.readyListeners) listener();
       },
     });
     this.watchdog = setInterval(() => this.checkStalled(), Math.max(10, Math.min(250, o.stalledMs / 4)));
@@ -60,6 +62,16 @@ export class BreakerStage extends Stage {
 
   get closedNow(): boolean {
     return this.breaker.current === 'closed';
+  }
+
+  // Redis decides only while the breaker is closed (after an outage: once recovery is done).
+  override ready(): boolean {
+    return this.closedNow && this.inner.ready();
+  }
+
+  override onReadyChange(listener: () => void): void {
+    this.readyListeners.push(listener);
+    this.inner.onReadyChange?.(listener);
   }
 
   override degraded(): string | undefined {
