@@ -31,6 +31,8 @@ storeBehaviour('redis standalone, every stage on', (clock) => ready(makeStack({ 
 storeBehaviour('redis cluster, every stage on', (clock) => ready(makeStack({ port: clusterPort, cluster: true, manual: clock }).store));
 
 const opts: DecideOptions = { countDeniedHits: false };
+// A breaker that recovers 100 ms after an outage, so the tests wait on Redis, not on cool-downs.
+const QUICK_RECOVERY = { breaker: { windowMs: 10_000, minCalls: 10, failureRatio: 0.5, cooldownMs: 100 } };
 let seq = 0;
 function check(limit: number, over: Partial<LimitCheck> = {}): LimitCheck {
   const algorithm: Algorithm = over.algorithm ?? 'fixed_window';
@@ -136,7 +138,7 @@ describe('written back exactly once', () => {
   test('after a restart the first decision already sees what the fallback admitted (defect 5)', async () => {
     let node = await startRedis();
     const port = node.port;
-    const { store } = makeStack({ port, stack: { breaker: { windowMs: 10_000, minCalls: 10, failureRatio: 0.5, cooldownMs: 100 } } });
+    const { store } = makeStack({ port, stack: QUICK_RECOVERY });
     try {
       await ready(store);
       await awayFromWindowEdge(DAY_MS, 60_000);
@@ -156,9 +158,32 @@ describe('written back exactly once', () => {
     }
   });
 
+  test('after Redis lost its data, the hits it had admitted are put back before the journal', async () => {
+    let node = await startRedis();
+    const port = node.port;
+    const { store, seen } = makeStack({ port, stack: QUICK_RECOVERY });
+    try {
+      await ready(store);
+      await awayFromWindowEdge(DAY_MS, 60_000);
+      // The replica has registered (and read the data epoch) before Redis goes.
+      await until('a heartbeat', async () => (await node.cli('EXISTS', 'sluice:{sluice-fleet}epoch')) === '1');
+      const c = check(100);
+      for (let i = 0; i < 5; i++) assert.equal((await store.decide([c], opts)).degraded, undefined);
+      await node.stop('SIGKILL');
+      for (let i = 0; i < 3; i++) assert.equal((await store.decide([c], opts)).degraded?.policy, 'local');
+      // Restarted empty, by the same (only) replica that set the lost epoch.
+      node = await startRedis({ port });
+      await until('the stack to be back on Redis', () => store.degraded?.() === undefined);
+      assert.equal(seen.counts.restored, 1);
+      assert.equal(await redisCount(node, c.key), 8);
+    } finally {
+      await store.close();
+    }
+  });
+
   test('a stall longer than REDIS_TIMEOUT is not counted twice (defect 5)', async () => {
     const node = await startRedis();
-    const { store, seen } = makeStack({ port: node.port, stack: { stalledMs: 300, breaker: { windowMs: 10_000, minCalls: 10, failureRatio: 0.5, cooldownMs: 100 } } });
+    const { store, seen } = makeStack({ port: node.port, stack: { ...QUICK_RECOVERY, stalledMs: 300 } });
     try {
       await ready(store);
       await awayFromWindowEdge(DAY_MS, 60_000);
@@ -182,7 +207,7 @@ describe('written back exactly once', () => {
   test('12,000 journal entries are written back in batches (defect 6)', async () => {
     let node = await startRedis();
     const port = node.port;
-    const { store, seen } = makeStack({ port, stack: { breaker: { windowMs: 10_000, minCalls: 10, failureRatio: 0.5, cooldownMs: 100 } } });
+    const { store, seen } = makeStack({ port, stack: QUICK_RECOVERY });
     try {
       await ready(store);
       await awayFromWindowEdge(DAY_MS, 60_000);

@@ -5,8 +5,11 @@ import { randomUUID } from 'node:crypto';
 // no longer hold the hits Redis admitted before, and each replica puts back what it last saw
 // (lua/restore.lua) before Redis decides for it again.
 export class DataEpoch {
-  // Proposed when Redis holds none (the first replica to ask after a loss sets it).
-  readonly proposal = randomUUID();
+  // Proposed when Redis holds none (the first replica to ask after a loss sets it). Fresh every
+  // time: a replica that proposed the lost value must not set that same value again.
+  get proposal(): string {
+    return randomUUID();
+  }
   private known: string | undefined;
 
   constructor(private readonly onLost: (reason: string) => void) {}
