@@ -63,3 +63,50 @@ export function memoryPerKey(count = 200_000): { algorithm: Algorithm; bytesPerK
     return { algorithm, bytesPerKey };
   });
 }
+
+export interface CapRow {
+  name: string;
+  opsPerSec: number;
+  // The slowest single decision, ms (what a request queued behind it waits).
+  worstMs: number;
+  size: number;
+  overflowBytes: number;
+}
+
+// New distinct keys per second into a memory store capped at `maxKeys`: below the cap, at the cap
+// with expired counters to reclaim, and at the cap with every counter live (the approximate tier
+// decides). Each phase inserts `maxKeys` / 5 new keys, one decision each.
+export function capBench(maxKeys = 1_000_000): CapRow[] {
+  const n = Math.floor(maxKeys / 5);
+  const day = 86_400_000;
+  const key = (tag: string, i: number) => `sluice:{edge|tenant=cust_${tag}${i}}|route=/v1/payments/checkout|fixed_window:${day}`;
+  const dayCheck = (k: string): LimitCheck => ({ key: k, algorithm: 'fixed_window', limit: 100, periodMs: day, burst: 100, hits: 1, mode: 'enforce' });
+  const secondCheck = (k: string): LimitCheck => ({ ...dayCheck(k), periodMs: 1000 });
+  let worstMs = 0;
+  const timed = (count: number, run: (i: number) => void): number => {
+    worstMs = 0;
+    const start = performance.now();
+    let last = start;
+    for (let i = 0; i < count; i++) {
+      run(i);
+      const t = performance.now();
+      if (t - last > worstMs) worstMs = t - last;
+      last = t;
+    }
+    return (count / (last - start)) * 1000;
+  };
+  const opts = { countDeniedHits: false };
+  const rows: CapRow[] = [];
+  const row = (name: string, store: MemoryStore, opsPerSec: number) => rows.push({ name, opsPerSec, worstMs, size: store.size, overflowBytes: store.overflowBytes });
+
+  const clock = new ManualClock(1_800_000_000_000);
+  const store = new MemoryStore({ clock, maxKeys });
+  // Fill to the cap: 4/5 daily counters, then 1/5 per-second ones (timed: below the cap).
+  for (let i = 0; i < maxKeys - n; i++) store.decideNow([dayCheck(key('d', i))], opts);
+  row('below the cap (new keys)', store, timed(n, (i) => store.decideNow([secondCheck(key('s', i))], opts)));
+  clock.advance(1000);
+  row('at the cap, expired ones reclaimed', store, timed(n, (i) => store.decideNow([dayCheck(key('r', i))], opts)));
+  row('at the cap, all live (approximate)', store, timed(n, (i) => store.decideNow([dayCheck(key('o', i))], opts)));
+  void store.close();
+  return rows;
+}

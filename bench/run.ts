@@ -1,7 +1,7 @@
 import os from 'node:os';
 import { fleetBench } from './fleet';
 import { grpcBench, type GrpcRow } from './grpc-load';
-import { memoryPerKey, microBench } from './micro';
+import { capBench, memoryPerKey, microBench } from './micro';
 import { redisMemory } from './redis-memory';
 
 // `npm run bench`: prints the machine, then each figure with its ratio to a baseline measured in
@@ -16,6 +16,8 @@ async function main(): Promise<void> {
   }
   console.log('\nmemory store heap per counter (200,000 counters):');
   for (const r of memoryPerKey()) console.log(`  ${r.algorithm.padEnd(16)} ${fmt(r.bytesPerKey)} bytes`);
+  console.log('\nmemory store at its key cap (MEMORY_MAX_KEYS 1,000,000; 200,000 new keys per phase):');
+  for (const r of capBench()) console.log(`  ${r.name.padEnd(36)} ${fmt(r.opsPerSec).padStart(12)} new keys/s, slowest ${r.worstMs.toFixed(1)} ms   ${fmt(r.size)} exact counters, approximate tier ${fmt(r.overflowBytes)} bytes`);
   console.log('\nRedis bytes per counter (20,000 counters; key like the sample):');
   const redis = await redisMemory();
   if (typeof redis === 'string') console.log(`  ${redis}`);

@@ -9,6 +9,9 @@
 
 local EPS = 1e-6
 local INF = math.huge
+-- Longest TTL written (10 years), as MAX_TTL_MS in types.ts: Lua would hand Redis a longer one as
+-- "1e+17", which PX rejects after the script's earlier writes were made.
+local MAX_TTL = 315360000000
 
 local function whole(x)
   if x <= 0 then return 0 end
@@ -171,10 +174,9 @@ function bucket.decide(state, s, hits, now)
   return false, retry, nil
 end
 
+-- A bucket that never refills (limit 0) is kept for MAX_TTL: expiring it would refill it.
 function bucket.ttl(state, s, now)
-  local full = bucket_refill_ms(s.burst - bucket_tokens(state, s, now), s)
-  if full == INF then full = s.period end
-  return math.max(1, full)
+  return bucket_refill_ms(s.burst - bucket_tokens(state, s, now), s)
 end
 
 function bucket.refund(state, s, hits, decided_at, now)
@@ -196,39 +198,46 @@ end
 
 local gcra = {}
 
+-- State { debt, at }: the TAT as an offset from the last write (TAT = at + debt), so that adding
+-- hits × T never rounds at epoch-ms magnitude (see gcra.ts). A one-number { tat } is still read.
+local function gcra_debt(state, now)
+  if state == nil then return 0 end
+  if #state < 2 then return math.max(0, state[1] - now) end
+  return math.max(0, state[1] - math.max(0, now - state[2]))
+end
+
 local function gcra_tat(state, now)
-  if state == nil then return now end
-  return math.max(state[1], now)
+  return now + gcra_debt(state, now)
 end
 
 function gcra.view(state, s, now)
   if s.limit <= 0 then return 0, s.period, 0 end
   local t = s.period / s.limit
-  local debt = gcra_tat(state, now) - now
+  local debt = gcra_debt(state, now)
   return whole((s.burst * t - debt) / t), math.ceil(debt - EPS), debt / t
 end
 
 function gcra.decide(state, s, hits, now)
   if s.limit <= 0 then
-    if hits == 0 then return true, 0, state or { now } end
-    return false, INF, state or { now }
+    if hits == 0 then return true, 0, state or { 0, now } end
+    return false, INF, state or { 0, now }
   end
   local t = s.period / s.limit
   local tolerance = s.burst * t
-  local new_tat = gcra_tat(state, now) + hits * t
-  if new_tat - now <= tolerance + EPS then return true, 0, { new_tat } end
+  local debt = gcra_debt(state, now) + hits * t
+  if debt <= tolerance + EPS then return true, 0, { debt, now } end
   local retry
-  if hits > s.burst then retry = INF else retry = math.ceil(new_tat - tolerance - now - EPS) end
+  if hits > s.burst then retry = INF else retry = math.ceil(debt - tolerance - EPS) end
   return false, retry, nil
 end
 
 function gcra.ttl(state, s, now)
-  return math.max(1, math.ceil(state[1] - now))
+  return gcra_debt(state, now)
 end
 
 function gcra.refund(state, s, hits, decided_at, now)
   if s.limit <= 0 then return state end
-  return { math.max(now, state[1] - hits * s.period / s.limit) }
+  return { math.max(0, gcra_debt(state, now) - hits * s.period / s.limit), now }
 end
 
 function gcra.absorb(state, s, hits, window, age, now)
@@ -311,8 +320,8 @@ local function now_ms(explicit)
 end
 
 local function write_state(key, impl, state, s, now)
-  local ttl = math.ceil(impl.ttl(state, s, now))
-  redis.call('SET', key, encode_state(state), 'PX', ttl)
+  local ttl = math.min(MAX_TTL, math.max(1, math.ceil(impl.ttl(state, s, now))))
+  redis.call('SET', key, encode_state(state), 'PX', string.format('%d', ttl))
 end
 
 -- The loop of the batch scripts (absorb, refund, restore): entry i is KEYS[i] and `width` ARGV

@@ -6,8 +6,8 @@ import { createLogger, type Logger } from './logger';
 import { RateLimitService } from './service/ratelimit';
 import { bindGrpc, createGrpcServer } from './server/grpc';
 import { HealthState } from './server/health';
-import { ADMIN_ROUTES, createHttpServer, listenHttp, MAIN_ROUTES } from './server/http';
-import { grpcCredentials } from './server/tls';
+import { ADMIN_ROUTES, createHttpServer, type HttpServerOptions, listenHttp, MAIN_ROUTES } from './server/http';
+import { grpcCredentials, type ServerTls, serverTls } from './server/tls';
 import { ConfigWatcher } from './config/watcher';
 import { Metrics } from './server/metrics';
 import { describeSettings, type Settings } from './settings';
@@ -48,26 +48,27 @@ function createStore(settings: Settings, metrics: Metrics, logger: Logger, clock
 
 function createMemoryStore(settings: Settings, metrics: Metrics, logger: Logger, clock?: Clock): Store {
   let lastLog = 0;
-  let evictedSinceLog = 0;
-  const store = new MemoryStore({
+  let overflowSinceLog = 0;
+  const store: MemoryStore = new MemoryStore({
     clock,
     maxKeys: settings.memoryMaxKeys,
-    onEvict: () => {
-      metrics.memoryEvictions.inc();
-      evictedSinceLog++;
+    onOverflow: () => {
+      metrics.memoryOverflow.inc();
+      overflowSinceLog++;
       const now = Date.now();
       // At most one line per 10 s however hard the key cap is hit.
       if (now - lastLog >= 10_000) {
         logger.warn(
-          { event: 'memory_store_evicting', evicted: evictedSinceLog, maxKeys: settings.memoryMaxKeys },
-          'memory store at its key cap: evicting least recently written counters',
+          { event: 'memory_store_overflow', decisions: overflowSinceLog, maxKeys: settings.memoryMaxKeys, overflowBytes: store.overflowBytes },
+          'memory store at its key cap with every counter live: new keys decided by the approximate tier (it can only over-count)',
         );
         lastLog = now;
-        evictedSinceLog = 0;
+        overflowSinceLog = 0;
       }
     },
   });
   metrics.memoryKeysSource = () => store.size;
+  metrics.memoryOverflowBytesSource = () => store.overflowBytes;
   return store;
 }
 
@@ -80,6 +81,7 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
   health.on('change', (status: string) => logger.info({ event: 'health', status, reasons: health.reasons() }, `health: ${status}`));
   const config = new ConfigHolder(settings.configPaths, {
     mergeDomains: settings.mergeDomainConfig,
+    limits: { maxFileBytes: settings.configMaxFileBytes, maxDescriptors: settings.configMaxDescriptors },
     logger,
     onLoad: (ok) => {
       metrics.configLoads.inc({ result: ok ? 'success' : 'error' });
@@ -90,10 +92,19 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
     },
   });
   const service = new RateLimitService({ config, store, settings, metrics, logger });
-  const watcher = settings.configWatch ? new ConfigWatcher(settings.configPaths, () => config.reload(), logger) : undefined;
+  const watcher = settings.configWatch
+    ? new ConfigWatcher({
+        paths: settings.configPaths,
+        reload: (trigger) => config.reload(trigger),
+        logger,
+        pollIntervalMs: settings.configPollIntervalMs,
+        maxFileBytes: settings.configMaxFileBytes,
+      })
+    : undefined;
   const deps = { service, health, metrics, config, logger, settingsDump: () => describeSettings(settings) };
   let grpcServer: grpc.Server | undefined;
   const httpServers: http.Server[] = [];
+  let tls: ServerTls | undefined;
 
   return {
     settings,
@@ -104,24 +115,27 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
     logger,
     async start() {
       logger.info({ event: 'starting', settings: describeSettings(settings) }, 'sluice starting');
-      config.reload();
+      config.reload('startup');
       watcher?.start();
       grpcServer = createGrpcServer({ service, health, metrics, logger });
-      const { credentials, ready } = grpcCredentials(settings);
-      await ready;
-      const grpcPort = await bindGrpc(grpcServer, settings.grpcHost, settings.grpcPort, credentials);
-      const main = createHttpServer(deps, MAIN_ROUTES);
-      const admin = createHttpServer(deps, ADMIN_ROUTES);
+      tls = serverTls(settings);
+      await tls?.ready;
+      const grpcPort = await bindGrpc(grpcServer, settings.grpcHost, settings.grpcPort, grpcCredentials(tls));
+      // With gRPC TLS the main listener (POST /json) is HTTPS with the same certificate and client
+      // CA, unless HTTP_PLAINTEXT; the admin listener (localhost by default) stays plaintext.
+      const httpTls = settings.httpPlaintext ? undefined : tls;
+      const main = createHttpServer(deps, MAIN_ROUTES, { ...httpOptions(settings), tls: httpTls });
+      const admin = createHttpServer(deps, ADMIN_ROUTES, httpOptions(settings));
       httpServers.push(main, admin);
       const httpPort = await listenHttp(main, settings.host, settings.httpPort);
       const adminPort = await listenHttp(admin, settings.adminHost, settings.adminPort);
       logger.info(
-        { event: 'listening', grpcPort, httpPort, adminPort, tls: settings.grpcTls, store: store.kind, health: health.status },
+        { event: 'listening', grpcPort, httpPort, adminPort, tls: settings.grpcTls, httpTls: httpTls !== undefined, store: store.kind, health: health.status },
         'sluice listening',
       );
       return { grpcPort, httpPort, adminPort };
     },
-    reloadConfig: () => config.reload(),
+    reloadConfig: () => config.reload('signal'),
     // Graceful: health NOT_SERVING at once, keep serving SHUTDOWN_DELAY for load balancers to
     // notice, stop accepting, let in-flight calls finish (at most DRAIN_TIMEOUT), close the store.
     async stop() {
@@ -130,9 +144,19 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       if (settings.shutdownDelayMs > 0) await new Promise((r) => setTimeout(r, settings.shutdownDelayMs));
       await drainGrpc(grpcServer, settings.drainTimeoutMs, logger);
       await Promise.all(httpServers.map((h) => new Promise<void>((resolve) => (h.close(() => resolve()), h.closeIdleConnections()))));
+      tls?.close();
       await store.close();
       logger.info({ event: 'stopped' }, 'sluice stopped');
     },
+  };
+}
+
+function httpOptions(s: Settings): HttpServerOptions {
+  return {
+    headersTimeoutMs: s.httpHeadersTimeoutMs,
+    requestTimeoutMs: s.httpRequestTimeoutMs,
+    keepAliveTimeoutMs: s.httpKeepAliveTimeoutMs,
+    maxConnections: s.httpMaxConnections,
   };
 }
 

@@ -1,11 +1,13 @@
-import { loadConfig } from './config/load';
-import { SETTINGS } from './settings';
+import { loadConfig, type LoadResult } from './config/load';
+import { ConfigError } from './errors';
+import { loadSettings, SETTINGS, type Settings } from './settings';
 
 export function usage(): string {
   const rows = SETTINGS.map((s) => `  --${s.flag.padEnd(28)} ${s.env.join(', ').padEnd(34)} ${s.help}`);
   return [
     'usage: sluice [serve] [flags]      run the rate limit service (default)',
-    '       sluice check [--merge-domain-config] PATH...   validate config files or directories',
+    '       sluice check [--merge-domain-config] [--config-max-file-bytes N] [--config-max-descriptors N] PATH...',
+    '                                   validate config files or directories (exit 1 on any error)',
     '',
     'flags (flag, environment variables, meaning):',
     ...rows,
@@ -13,21 +15,55 @@ export function usage(): string {
   ].join('\n');
 }
 
+// Settings `sluice check` takes, as flags or from the environment: the same caps as `serve`.
+const CHECK_FLAGS = ['merge-domain-config', 'config-max-file-bytes', 'config-max-descriptors'];
+
+function checkSettings(flags: string[]): Settings {
+  const env: NodeJS.ProcessEnv = {};
+  for (const spec of SETTINGS.filter((s) => CHECK_FLAGS.includes(s.flag))) {
+    for (const name of spec.env) if (process.env[name] !== undefined) env[name] = process.env[name];
+  }
+  return loadSettings(flags, env);
+}
+
 // `sluice check`: validates every file under every PATH, prints every error (file:line: message)
-// and exits non-zero when there is one.
+// and exits 1 when there is one; 2 for a usage error. Never a stack trace.
 export function runCheck(args: readonly string[], out: NodeJS.WritableStream, err: NodeJS.WritableStream): number {
-  const mergeDomains = args.includes('--merge-domain-config') || process.env.MERGE_DOMAIN_CONFIG === 'true';
-  const paths = args.filter((a) => !a.startsWith('--'));
-  const unknown = args.filter((a) => a.startsWith('--') && a !== '--merge-domain-config');
-  if (unknown.length > 0) {
-    err.write(`sluice check: unknown flag ${unknown[0]}\n`);
-    return 2;
+  const paths: string[] = [];
+  const flags: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i];
+    if (!a.startsWith('--')) {
+      paths.push(a);
+      continue;
+    }
+    const name = a.slice(2).split('=')[0];
+    if (!CHECK_FLAGS.includes(name)) {
+      err.write(`sluice check: unknown flag ${a}\n`);
+      return 2;
+    }
+    flags.push(a);
+    if (!a.includes('=') && name !== 'merge-domain-config' && i + 1 < args.length) flags.push(args[++i]);
   }
   if (paths.length === 0) {
     err.write('sluice check: give at least one config file or directory\n');
     return 2;
   }
-  const { config, errors } = loadConfig(paths, { mergeDomains });
+  let settings: Settings;
+  try {
+    settings = checkSettings(flags);
+  } catch (e) {
+    err.write(`sluice check: ${(e as Error).message}\n`);
+    return 2;
+  }
+  const limits = { maxFileBytes: settings.configMaxFileBytes, maxDescriptors: settings.configMaxDescriptors };
+  let result: LoadResult;
+  try {
+    result = loadConfig(paths, { mergeDomains: settings.mergeDomainConfig, limits });
+  } catch (e) {
+    result = { errors: [new ConfigError(paths.join(', '), `error loading config: ${(e as Error)?.message ?? String(e)}`)] };
+  }
+  const { config, errors } = result;
   for (const e of errors) err.write(`${e.message}\n`);
   if (config === undefined) {
     err.write(`sluice check: ${errors.length} error(s)\n`);

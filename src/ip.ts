@@ -58,15 +58,34 @@ function v6Text(bytes: number[]): string {
   return `${hex.slice(0, best.start).join(':')}::${hex.slice(best.start + best.len).join(':')}`;
 }
 
+// An IPv4-mapped IPv6 address (::ffff:a.b.c.d, how a dual-stack socket reports an IPv4 client)
+// is that IPv4 client: its bytes, and the prefix given with it in IPv4 terms.
+function unmapped(bytes: number[]): number[] | undefined {
+  const mapped = bytes.slice(0, 10).every((b) => b === 0) && bytes[10] === 0xff && bytes[11] === 0xff;
+  return mapped ? bytes.slice(12) : undefined;
+}
+
+// The value unchanged when it is not an address, or its prefix is not a whole number of bits the
+// family has ("1.2.3.4/" must not become 0.0.0.0/0, one counter for everyone).
 export function aggregateIp(value: string, prefix: IpPrefix): string {
   const slash = value.indexOf('/');
   const addr = slash < 0 ? value : value.slice(0, slash);
   const family = isIP(addr);
   if (family === 0) return value;
-  const given = slash < 0 ? undefined : Number(value.slice(slash + 1));
-  if (given !== undefined && !Number.isInteger(given)) return value;
-  const wanted = family === 4 ? prefix.v4 : prefix.v6;
+  const suffix = slash < 0 ? undefined : value.slice(slash + 1);
+  if (suffix !== undefined && !/^\d{1,3}$/.test(suffix)) return value;
+  let given = suffix === undefined ? undefined : Number(suffix);
+  if (given !== undefined && given > (family === 4 ? 32 : 128)) return value;
+  let bytes = family === 4 ? v4Bytes(addr) : v6Bytes(addr);
+  let v4 = family === 4;
+  const inner = v4 ? undefined : unmapped(bytes);
+  if (inner !== undefined && (given === undefined || given >= 96)) {
+    bytes = inner;
+    v4 = true;
+    if (given !== undefined) given -= 96;
+  }
+  const wanted = v4 ? prefix.v4 : prefix.v6;
   const bits = given !== undefined && given < wanted ? given : wanted;
-  if (family === 4) return `${maskBits(v4Bytes(addr), bits).join('.')}/${bits}`;
-  return `${v6Text(maskBits(v6Bytes(addr), bits))}/${bits}`;
+  if (v4) return `${maskBits(bytes, bits).join('.')}/${bits}`;
+  return `${v6Text(maskBits(bytes, bits))}/${bits}`;
 }

@@ -20,10 +20,24 @@ export interface Settings {
   grpcTlsKey: string;
   grpcTlsClientCa: string;
   tlsReloadMs: number;
+  httpPlaintext: boolean;
+  httpHeadersTimeoutMs: number;
+  httpRequestTimeoutMs: number;
+  httpKeepAliveTimeoutMs: number;
+  httpMaxConnections: number;
   configWatch: boolean;
+  // Periodic config fingerprint check behind the file watch; 0 = off.
+  configPollIntervalMs: number;
+  configMaxFileBytes: number;
+  configMaxDescriptors: number;
   shutdownDelayMs: number;
   drainTimeoutMs: number;
   logLevel: LogLevel;
+  // Request bounds (service/request.ts): over one, a request is refused with INVALID_ARGUMENT.
+  maxDescriptors: number;
+  maxDescriptorEntries: number;
+  maxValueBytes: number;
+  maxRequestBytes: number;
   store: 'memory' | 'redis';
   memoryMaxKeys: number;
   redisUrl: string;
@@ -100,12 +114,24 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'grpcTlsKey', flag: 'grpc-tls-key', env: ['GRPC_SERVER_TLS_KEY'], kind: 'string', def: '', help: 'server key file (PEM); never logged' },
   { key: 'grpcTlsClientCa', flag: 'grpc-tls-client-ca', env: ['GRPC_CLIENT_TLS_CACERT'], kind: 'string', def: '', help: 'CA file: clients must present a certificate it signed (mTLS)' },
   { key: 'tlsReloadMs', flag: 'tls-reload-interval', env: ['TLS_RELOAD_INTERVAL'], kind: 'duration', def: 5000, help: 'how often certificate files are checked for changes' },
+  { key: 'httpPlaintext', flag: 'http-plaintext', env: ['HTTP_PLAINTEXT'], kind: 'bool', def: false, help: 'keep the HTTP port plaintext even with GRPC_SERVER_USE_TLS (then POST /json is unauthenticated; for a sidecar that terminates TLS)' },
+  { key: 'httpHeadersTimeoutMs', flag: 'http-headers-timeout', env: ['HTTP_HEADERS_TIMEOUT'], kind: 'duration', def: 10_000, help: 'an HTTP client that has not sent complete request headers (and finished the TLS handshake) this long after connecting or its previous request is disconnected' },
+  { key: 'httpRequestTimeoutMs', flag: 'http-request-timeout', env: ['HTTP_REQUEST_TIMEOUT'], kind: 'duration', def: 30_000, help: 'longest an HTTP client may take to send a whole request, headers and body; at least HTTP_HEADERS_TIMEOUT' },
+  { key: 'httpKeepAliveTimeoutMs', flag: 'http-keepalive-timeout', env: ['HTTP_KEEPALIVE_TIMEOUT'], kind: 'duration', def: 5000, help: 'an idle keep-alive HTTP connection is closed after this' },
+  { key: 'httpMaxConnections', flag: 'http-max-connections', env: ['HTTP_MAX_CONNECTIONS'], kind: 'count', def: 10_000, help: 'most open connections per HTTP listener; beyond, new ones are closed at once (0 = no cap)' },
   { key: 'configWatch', flag: 'config-watch', env: ['CONFIG_WATCH'], kind: 'bool', def: true, help: 'reload when config files change (SIGHUP always reloads)' },
+  { key: 'configPollIntervalMs', flag: 'config-poll-interval', env: ['CONFIG_POLL_INTERVAL'], kind: 'duration', def: 5000, help: 'also compare the config files with what was loaded this often, in case a file watch event was lost (0 = off)' },
+  { key: 'configMaxFileBytes', flag: 'config-max-file-bytes', env: ['CONFIG_MAX_FILE_BYTES'], kind: 'int', def: 2 * 1024 * 1024, help: 'largest config file accepted, in bytes; a larger one is a config error' },
+  { key: 'configMaxDescriptors', flag: 'config-max-descriptors', env: ['CONFIG_MAX_DESCRIPTORS'], kind: 'int', def: 100_000, help: 'most descriptors in the whole config, counting each use of a YAML alias; more is a config error' },
   { key: 'shutdownDelayMs', flag: 'shutdown-delay', env: ['SHUTDOWN_DELAY'], kind: 'duration', def: 0, help: 'on SIGTERM, keep serving this long with health NOT_SERVING so load balancers drain' },
   { key: 'drainTimeoutMs', flag: 'drain-timeout', env: ['DRAIN_TIMEOUT'], kind: 'duration', def: 10_000, help: 'on SIGTERM, longest wait for in-flight calls before closing' },
   { key: 'logLevel', flag: 'log-level', env: ['LOG_LEVEL'], kind: 'enum', def: 'info', choices: ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'], help: 'log level; request lines are logged at debug' },
+  { key: 'maxDescriptors', flag: 'max-descriptors', env: ['MAX_DESCRIPTORS'], kind: 'int', def: 256, help: 'most descriptors in one request (Envoy sends one per matching rate_limits entry: a handful); more is refused with INVALID_ARGUMENT (HTTP 400) before any counter is touched' },
+  { key: 'maxDescriptorEntries', flag: 'max-descriptor-entries', env: ['MAX_DESCRIPTOR_ENTRIES'], kind: 'int', def: 32, help: 'most entries in one descriptor (one per action of a rate_limits entry); more is refused with INVALID_ARGUMENT' },
+  { key: 'maxValueBytes', flag: 'max-value-bytes', env: ['MAX_VALUE_BYTES'], kind: 'int', def: 65_536, help: "longest domain, entry key or entry value, in UTF-8 bytes; longer is refused with INVALID_ARGUMENT. Above Envoy's default 60 KiB request-header limit, so no header value Envoy forwards is refused: raise it with Envoy's max_request_headers_kb" },
+  { key: 'maxRequestBytes', flag: 'max-request-bytes', env: ['MAX_REQUEST_BYTES'], kind: 'int', def: 1_048_576, help: 'largest request: the gRPC message (grpc.max_receive_message_length; larger is RESOURCE_EXHAUSTED) and the POST /json and /explain body (larger is HTTP 400)' },
   { key: 'store', flag: 'store', env: ['STORE', 'BACKEND_TYPE'], kind: 'enum', def: 'memory', choices: ['memory', 'redis'], help: 'counter store: memory (one process) or redis (shared by replicas; ready once Redis was reached and one real decision round-tripped)' },
-  { key: 'memoryMaxKeys', flag: 'memory-max-keys', env: ['MEMORY_MAX_KEYS'], kind: 'int', def: 1_000_000, help: 'most counters the memory store keeps; beyond, least recently written are evicted' },
+  { key: 'memoryMaxKeys', flag: 'memory-max-keys', env: ['MEMORY_MAX_KEYS'], kind: 'int', def: 1_000_000, help: 'most counters kept exactly in memory; expired ones make room first; when all are live, new keys are decided by a bounded approximate tier that can only over-count' },
   { key: 'redisUrl', flag: 'redis-url', env: ['REDIS_URL'], kind: 'string', def: 'redis://127.0.0.1:6379', help: 'single: redis[s]://[user:pass@]host:port[/db], host:port or a unix socket path; sentinel: master,host:port[,host:port]; cluster: host:port[,host:port]' },
   { key: 'redisType', flag: 'redis-type', env: ['REDIS_TYPE'], kind: 'enum', def: 'single', choices: ['single', 'sentinel', 'cluster'], help: 'Redis deployment' },
   { key: 'redisAuth', flag: 'redis-auth', env: ['REDIS_AUTH'], kind: 'string', def: '', help: 'password, or user:password (ACL); secret, never logged' },
@@ -257,6 +283,9 @@ export function loadSettings(argv: readonly string[] = [], env: NodeJS.ProcessEn
       throw new SettingsError(`FALLBACK_DOMAIN_POLICIES: expected domain=local|allow|deny, got '${entry}'`);
     }
   }
+  if (settings.httpHeadersTimeoutMs < 1 || settings.httpRequestTimeoutMs < settings.httpHeadersTimeoutMs) {
+    throw new SettingsError('HTTP_HEADERS_TIMEOUT must be at least 1ms and HTTP_REQUEST_TIMEOUT at least HTTP_HEADERS_TIMEOUT');
+  }
   if (settings.configPaths.length === 0) {
     const runtime = runtimeConfigPath(env);
     if (runtime !== undefined) settings.configPaths = [runtime];
@@ -270,10 +299,23 @@ export function defaultSettings(overrides: Partial<Settings> = {}): Settings {
 
 const SECRET: readonly (keyof Settings)[] = ['redisAuth', 'redisSentinelAuth', 'keyHashSecret'];
 
+// A Redis URL fit for logs and messages: the credentials (everything between '//' and the last
+// '@': a password may itself contain '@', ':' or '/') become [redacted]; a user name, which cannot
+// contain ':', stays. Without '//', everything before the last '@'.
+export function redactRedisUrl(url: string): string {
+  const at = url.lastIndexOf('@');
+  if (at < 0) return url;
+  const slashes = url.indexOf('//');
+  const start = slashes >= 0 && slashes < at ? slashes + 2 : 0;
+  const colon = url.indexOf(':', start);
+  const keep = colon >= 0 && colon < at ? colon + 1 : start;
+  return `${url.slice(0, keep)}[redacted]${url.slice(at)}`;
+}
+
 // Settings as logged at startup, with secrets (and a password inside REDIS_URL) redacted.
 export function describeSettings(settings: Settings): Record<string, unknown> {
   const out: Record<string, unknown> = { ...settings };
   for (const key of SECRET) if (out[key] !== '') out[key] = '[redacted]';
-  out.redisUrl = settings.redisUrl.replace(/(\/\/[^:/@]*:)[^@]*@/g, '$1[redacted]@');
+  out.redisUrl = redactRedisUrl(settings.redisUrl);
   return out;
 }

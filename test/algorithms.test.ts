@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ALGORITHM_IMPLS, type LimitSpec, type State } from '../src/limiter/algorithms';
+import { MAX_TTL_MS } from '../src/limiter/algorithms/types';
 import type { Algorithm } from '../src/model';
 
 const spec = (algorithm: Algorithm, limit: number, periodMs: number, burst = limit): LimitSpec => ({
@@ -200,4 +201,59 @@ describe('retry-after is exact', () => {
       assert.ok(checked > 50, `only ${checked} denials checked`);
     });
   }
+});
+
+// Epoch-ms instants are doubles whose step is 2.4e-4 ms: the continuous algorithms must still admit
+// exactly a full burst there, for every per-second limit.
+describe('a full burst at an epoch-ms instant', () => {
+  const now = 1_700_000_000_123;
+  for (const algorithm of ['gcra', 'token_bucket'] as const) {
+    test(`${algorithm}: limits 1..200 per second each admit exactly their burst`, () => {
+      const wrong: number[] = [];
+      for (let limit = 1; limit <= 200; limit++) {
+        const s = spec(algorithm, limit, 1000);
+        const { allowed, state } = drain(s, undefined, now, limit + 1);
+        if (allowed !== limit) wrong.push(limit);
+        // One period later exactly the burst is back.
+        if (drain(s, state, now + 1000, limit + 1).allowed !== limit) wrong.push(-limit);
+      }
+      assert.deepEqual(wrong, []);
+    });
+  }
+
+  test('gcra still reads a one-number [TAT] state', () => {
+    const s = spec('gcra', 10, 1000);
+    const v = ALGORITHM_IMPLS.gcra.decide([now + 500], s, 1, now);
+    assert.equal(v.allowed, true);
+    assert.deepEqual(v.next, [600, now]);
+    assert.equal(ALGORITHM_IMPLS.gcra.view([now + 500], s, now).remaining, 5);
+  });
+});
+
+describe('a token bucket with no refill (requests_per_unit: 0)', () => {
+  const s = spec('token_bucket', 0, 1000, 3);
+  const impl = ALGORITHM_IMPLS.token_bucket;
+  test('admits its burst once, then never again, and is kept as long as any counter', () => {
+    const { allowed, state } = drain(s, undefined, 0, 5);
+    assert.equal(allowed, 3);
+    for (const later of [1000, 2000, 86_400_000]) {
+      const v = impl.decide(state, s, 1, later);
+      assert.equal(v.allowed, false);
+      assert.equal(v.retryAfterMs, Infinity);
+    }
+    assert.equal(impl.ttlMs(state!, s, 0), MAX_TTL_MS);
+  });
+});
+
+describe('TTLs are clamped', () => {
+  test('to MAX_TTL_MS (10 years), whatever the period', () => {
+    const now = 1_700_000_000_000;
+    for (const algorithm of ['fixed_window', 'sliding_window', 'token_bucket', 'gcra'] as const) {
+      const s = spec(algorithm, 1, 2e17, 1);
+      const v = ALGORITHM_IMPLS[algorithm].decide(undefined, s, 1, now);
+      const ttl = ALGORITHM_IMPLS[algorithm].ttlMs(v.next!, s, now);
+      assert.ok(ttl >= 1 && ttl <= MAX_TTL_MS && Number.isInteger(ttl), `${algorithm}: ${ttl}`);
+    }
+    assert.equal(MAX_TTL_MS, 10 * 365 * 86_400_000);
+  });
 });

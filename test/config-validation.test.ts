@@ -110,6 +110,15 @@ const BAD_CASES: Record<string, [number | undefined, string][]> = {
     [15, `invalid rate limit algorithm 'nope', expected one of: ${VALID_ALGORITHMS}`],
     [16, "duplicate descriptor composite key 'd.b.c'"],
   ],
+  // Config that would take the process down or stall it (issue 9, item 2).
+  'alias_bomb.yaml': [[8, 'config limit: aliases expand to more than 1000000 YAML nodes (an alias bomb?)']],
+  'alias_descriptor_tree.yaml': [
+    [5, 'config limit: more than 100000 descriptors (CONFIG_MAX_DESCRIPTORS; an alias counts each time it is used)'],
+  ],
+  'alias_cycle.yaml': [[5, 'error loading config file: alias *all refers to a node that contains it']],
+  'unknown_anchor.yaml': [[4, "error loading config file: unknown anchor 'standard' referenced"]],
+  'deep_nesting.yaml': [[5, 'config limit: YAML nested deeper than 64 levels']],
+  'deep_nesting_parser.yaml': [[5, 'config limit: YAML nested too deeply to parse (more than 64 levels are refused)']],
 };
 
 function pathsFor(fixture: string): string[] {

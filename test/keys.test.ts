@@ -85,12 +85,30 @@ describe('IP prefix aggregation', () => {
     assert.equal(aggregateIp('2001:db8:1:2:3:4:5:6', p), '2001:db8:1:2::/64');
     assert.equal(aggregateIp('2001:DB8::1', p), '2001:db8::/64');
     assert.equal(aggregateIp('2001:db8:abcd:12::/64', p), '2001:db8:abcd:12::/64');
-    assert.equal(aggregateIp('::ffff:198.51.100.7', { v4: 24, v6: 120 }), '::ffff:c633:6400/120');
     assert.equal(aggregateIp('fe80::1:2:3:4', { v4: 24, v6: 128 }), 'fe80::1:2:3:4/128');
   });
 
   test('anything else is left alone', () => {
     for (const v of ['unknown', '198.51.100', '2001:db8::g', 'a/b', '']) assert.equal(aggregateIp(v, p), v);
+  });
+
+  test('an IPv4-mapped IPv6 address is its IPv4 client, aggregated with the IPv4 prefix', () => {
+    assert.equal(aggregateIp('::ffff:198.51.100.7', p), '198.51.100.0/24');
+    assert.equal(aggregateIp('::FFFF:198.51.100.200', { v4: 24, v6: 120 }), '198.51.100.0/24');
+    assert.equal(aggregateIp('::ffff:c633:6407', p), '198.51.100.0/24');
+    assert.equal(aggregateIp('::ffff:198.51.100.0/120', p), '198.51.100.0/24');
+    assert.equal(aggregateIp('::ffff:198.51.0.0/112', p), '198.51.0.0/16');
+    const k = (ip: string) => counterKey(parts([['remote_address', ip]], { ipPrefix: p }), opts);
+    assert.equal(k('::ffff:1.2.3.4'), k('1.2.3.77'));
+    assert.notEqual(k('::ffff:1.2.3.4'), k('::ffff:5.6.7.8'));
+  });
+
+  test('an empty or invalid prefix leaves the value alone instead of widening it', () => {
+    for (const v of ['1.2.3.4/', '1.2.3.4/-1', '1.2.3.4/33', '1.2.3.4/ 8', '1.2.3.4/8.0', '1.2.3.4/1e1', '2001:db8::1/', '2001:db8::1/129']) {
+      assert.equal(aggregateIp(v, p), v, v);
+    }
+    const k = (ip: string) => counterKey(parts([['remote_address', ip]], { ipPrefix: p }), opts);
+    assert.notEqual(k('1.2.3.4/'), k('9.9.9.9/0'));
   });
 
   test('the rule option groups a network in one counter key', () => {

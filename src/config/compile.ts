@@ -230,8 +230,13 @@ export function compileConfig(files: RawConfigFile[], opts: CompileOptions): Com
   for (const raw of files) {
     config.files.push(raw.file);
     const c = new FileCompiler(raw.file, errors);
-    const root = domainRoot(config, raw, opts, c);
-    c.loadLevel(root, `${raw.domain ?? ''}.`, raw.descriptors);
+    // A bug here must reject this config, never take the process down.
+    try {
+      const root = domainRoot(config, raw, opts, c);
+      c.loadLevel(root, `${raw.domain ?? ''}.`, raw.descriptors);
+    } catch (e) {
+      c.error(`error compiling config file: ${(e as Error)?.message ?? String(e)}`);
+    }
   }
   return { config, errors };
 }

@@ -2,6 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ConfigError } from '../errors';
 import { compileConfig, type CompileOptions } from './compile';
+import { type ConfigLimits, DEFAULT_CONFIG_LIMITS, LoadBudget } from './limits';
 import { parseConfigText, type RawConfigFile } from './parse';
 import type { CompiledConfig } from './types';
 
@@ -9,6 +10,10 @@ export interface LoadResult {
   // Set only when there are no errors.
   config?: CompiledConfig;
   errors: ConfigError[];
+}
+
+export interface LoadOptions extends CompileOptions {
+  limits?: ConfigLimits;
 }
 
 export interface ConfigSource {
@@ -75,12 +80,23 @@ function sortErrors(errors: ConfigError[], sources: ConfigSource[]): void {
   errors.sort((a, b) => (order.get(a.file) ?? 0) - (order.get(b.file) ?? 0) || (a.line ?? 0) - (b.line ?? 0));
 }
 
+function tooLarge(file: string, bytes: number, max: number): ConfigError {
+  return new ConfigError(file, `config limit: file is ${bytes} bytes, more than ${max} (CONFIG_MAX_FILE_BYTES)`);
+}
+
 // Parses and compiles config already in memory (e.g. tests, or config not read from disk).
-export function loadConfigSources(sources: ConfigSource[], opts: CompileOptions): LoadResult {
+export function loadConfigSources(sources: ConfigSource[], opts: LoadOptions): LoadResult {
+  const limits = opts.limits ?? DEFAULT_CONFIG_LIMITS;
+  const budget = new LoadBudget(limits);
   const errors: ConfigError[] = [];
   const raws: RawConfigFile[] = [];
   for (const s of sources) {
-    const parsed = parseConfigText(s.file, s.text);
+    const bytes = Buffer.byteLength(s.text);
+    if (bytes > limits.maxFileBytes) {
+      errors.push(tooLarge(s.file, bytes, limits.maxFileBytes));
+      continue;
+    }
+    const parsed = parseConfigText(s.file, s.text, budget);
     errors.push(...parsed.errors);
     if (parsed.raw !== undefined) raws.push(parsed.raw);
   }
@@ -90,16 +106,42 @@ export function loadConfigSources(sources: ConfigSource[], opts: CompileOptions)
   return errors.length === 0 ? { config: compiled.config, errors } : { errors };
 }
 
-export function loadConfig(paths: string[], opts: { mergeDomains: boolean }): LoadResult {
+// Reads at most `max` bytes: a file over the cap is refused without reading it, even one that
+// grows while it is read.
+export function readConfigFile(file: string, max: number): { text?: string; error?: ConfigError } {
+  let fd: number | undefined;
+  try {
+    fd = fs.openSync(file, 'r');
+    const size = fs.fstatSync(fd).size;
+    if (size > max) return { error: tooLarge(file, size, max) };
+    let buf = Buffer.alloc(size + 1);
+    let len = 0;
+    for (;;) {
+      if (len === buf.length) {
+        if (len > max) return { error: tooLarge(file, len, max) };
+        buf = Buffer.concat([buf, Buffer.alloc(Math.min(buf.length, max + 1 - buf.length))]);
+      }
+      const n = fs.readSync(fd, buf, len, buf.length - len, null);
+      if (n === 0) break;
+      len += n;
+    }
+    return { text: buf.toString('utf8', 0, len) };
+  } catch (e) {
+    return { error: new ConfigError(file, `error loading config file: ${(e as Error).message}`) };
+  } finally {
+    if (fd !== undefined) fs.closeSync(fd);
+  }
+}
+
+export function loadConfig(paths: string[], opts: LoadOptions): LoadResult {
+  const max = (opts.limits ?? DEFAULT_CONFIG_LIMITS).maxFileBytes;
   const listed = listConfigFiles(paths);
   const errors = [...listed.errors];
   const sources: ConfigSource[] = [];
   for (const file of listed.files) {
-    try {
-      sources.push({ file, text: fs.readFileSync(file, 'utf8') });
-    } catch (e) {
-      errors.push(new ConfigError(file, `error loading config file: ${(e as Error).message}`));
-    }
+    const { text, error } = readConfigFile(file, max);
+    if (error !== undefined) errors.push(error);
+    else sources.push({ file, text: text! });
   }
   const loaded = loadConfigSources(sources, opts);
   errors.push(...loaded.errors);

@@ -1,5 +1,7 @@
-import { Document, LineCounter, isAlias, isMap, isScalar, isSeq, parseDocument } from 'yaml';
+import { LineCounter, isAlias, isMap, isScalar, isSeq, parseDocument } from 'yaml';
 import { ConfigError } from '../errors';
+import { type DocumentIndex, indexDocument, LimitError, LoadBudget, MAX_DESCRIPTOR_DEPTH, MAX_YAML_DEPTH } from './limits';
+import { toPlain } from './plain';
 
 // One YAML config file, checked for keys and types but not yet for meaning (compile.ts does that).
 // Missing or null fields take upstream's zero values ('' / 0 / false), as yaml.v2 leaves them.
@@ -86,8 +88,9 @@ class Reader {
 
   constructor(
     private readonly file: string,
-    private readonly doc: Document,
     private readonly lc: LineCounter,
+    private readonly index: DocumentIndex,
+    readonly budget: LoadBudget,
   ) {}
 
   lineOf(node: unknown): number | undefined {
@@ -99,8 +102,12 @@ class Reader {
     this.errors.push(new ConfigError(this.file, detail, line));
   }
 
+  // Every alias use is charged the size of what it points at, before that is walked.
   deref(node: unknown): unknown {
-    return isAlias(node) ? node.resolve(this.doc) : node;
+    if (!isAlias(node)) return node;
+    const target = this.index.targets.get(node);
+    this.budget.alias(this.index.sizes.get(target) ?? 1, this.lineOf(node));
+    return target;
   }
 
   describe(node: unknown): string {
@@ -115,7 +122,7 @@ class Reader {
   // The key's name, or undefined (reported) when it is not a string or not allowed here.
   private keyName(key: unknown, allowed: ReadonlySet<string>): string | undefined {
     if (!isScalar(key) || typeof key.value !== 'string') {
-      const shown = isScalar(key) ? scalarText(key) : JSON.stringify(this.toJS(key));
+      const shown = isScalar(key) ? scalarText(key) : shorten(JSON.stringify(this.toJS(key)));
       this.error(`config error, key is not of type string: ${shown}`, this.lineOf(key));
       return undefined;
     }
@@ -127,7 +134,8 @@ class Reader {
   }
 
   // The map's entries by key, after YAML merge keys (`<<: *anchor`); explicit keys win.
-  fields(mapNode: unknown, allowed: ReadonlySet<string>): Fields {
+  fields(mapNode: unknown, allowed: ReadonlySet<string>, depth = 0): Fields {
+    if (depth > MAX_YAML_DEPTH) throw new LimitError(`config limit: merge keys (<<) nested deeper than ${MAX_YAML_DEPTH}`, this.lineOf(mapNode));
     const out: Fields = new Map();
     const merged: unknown[] = [];
     for (const pair of (this.deref(mapNode) as { items: { key: unknown; value: unknown }[] }).items) {
@@ -144,14 +152,14 @@ class Reader {
     }
     for (const m of merged) {
       if (!isMap(m)) continue;
-      for (const [k, f] of this.fields(m, allowed)) if (!out.has(k)) out.set(k, f);
+      for (const [k, f] of this.fields(m, allowed, depth + 1)) if (!out.has(k)) out.set(k, f);
     }
     return out;
   }
 
+  // Plain data (metadata, values quoted in errors), aliases charged to the budget.
   toJS(node: unknown): unknown {
-    const n = node as { toJS?: (doc: Document) => unknown } | null;
-    return typeof n?.toJS === 'function' ? n.toJS(this.doc) : n;
+    return toPlain(this, node);
   }
 
   str(fields: Fields, key: string): string | undefined {
@@ -195,12 +203,16 @@ class Reader {
         maps.push(item);
         continue;
       }
-      const shown = isScalar(item) ? scalarText(item) : JSON.stringify(this.toJS(item));
+      const shown = isScalar(item) ? scalarText(item) : shorten(JSON.stringify(this.toJS(item)));
       const detail = `config error, yaml file contains list of type other than map: ${shown}`;
       this.error(detail, this.lineOf(item) ?? f.line);
     }
     return maps;
   }
+}
+
+function shorten(text: string): string {
+  return text.length > 200 ? `${text.slice(0, 200)}…` : text;
 }
 
 // Upstream (yaml.v2) decodes any scalar into a string field by its source text: `value: 500`
@@ -283,15 +295,18 @@ function readMetadata(r: Reader, f: Fields): Record<string, unknown> | undefined
   return r.toJS(field.node) as Record<string, unknown>;
 }
 
-function readDescriptor(r: Reader, node: unknown): RawDescriptor {
+function readDescriptor(r: Reader, node: unknown, depth: number): RawDescriptor {
+  const line = r.lineOf(node);
+  r.budget.descriptor(line);
+  if (depth > MAX_DESCRIPTOR_DEPTH) throw new LimitError(`config limit: descriptors nested deeper than ${MAX_DESCRIPTOR_DEPTH} levels`, line);
   const f = r.fields(node, DESCRIPTOR_KEYS);
   const rlField = f.get('rate_limit');
   return {
-    line: r.lineOf(node),
+    line,
     key: r.str(f, 'key'),
     value: r.str(f, 'value') ?? '',
     rateLimit: rlField ? readRateLimit(r, rlField.node, rlField.line) : undefined,
-    descriptors: readDescriptors(r, f),
+    descriptors: readDescriptors(r, f, depth + 1),
     shadowMode: r.bool(f, 'shadow_mode'),
     quotaMode: r.bool(f, 'quota_mode'),
     detailedMetric: r.bool(f, 'detailed_metric'),
@@ -301,23 +316,41 @@ function readDescriptor(r: Reader, node: unknown): RawDescriptor {
   };
 }
 
-function readDescriptors(r: Reader, f: Fields): RawDescriptor[] {
-  return r.mapList(f, 'descriptors', 'descriptors (maps)').map((m) => readDescriptor(r, m));
+function readDescriptors(r: Reader, f: Fields, depth: number): RawDescriptor[] {
+  return r.mapList(f, 'descriptors', 'descriptors (maps)').map((m) => readDescriptor(r, m, depth));
 }
 
 // Parses and checks one file. `raw` is returned whenever the YAML itself parsed, even if keys or
-// types were wrong, so that compile can still report the file's other problems.
-export function parseConfigText(file: string, text: string): ParseResult {
+// types were wrong, so that compile can still report the file's other problems. Nothing here
+// throws: a cap that is hit, or anything unforeseen, is one error naming the file.
+export function parseConfigText(file: string, text: string, budget = new LoadBudget()): ParseResult {
   const lc = new LineCounter();
+  try {
+    return parseChecked(file, text, lc, budget);
+  } catch (e) {
+    if (e instanceof LimitError) return { errors: [new ConfigError(file, e.message, e.line)] };
+    return { errors: [new ConfigError(file, `error loading config file: ${(e as Error)?.message ?? String(e)}`)] };
+  }
+}
+
+// The yaml package catches its own stack overflow on deep nesting and reports it per node.
+const STACK_OVERFLOW = /Maximum call stack size exceeded/;
+
+function parseChecked(file: string, text: string, lc: LineCounter, budget: LoadBudget): ParseResult {
   // YAML 1.1, as upstream's yaml.v2: `yes`/`on` are booleans there, and so they are here.
   const doc = parseDocument(text, { lineCounter: lc, version: '1.1', prettyErrors: false });
   if (doc.errors.length > 0) {
+    const overflow = doc.errors.find((e) => STACK_OVERFLOW.test(e.message));
+    if (overflow !== undefined) {
+      const detail = `config limit: YAML nested too deeply to parse (more than ${MAX_YAML_DEPTH} levels are refused)`;
+      return { errors: [new ConfigError(file, detail, lc.linePos(overflow.pos[0]).line)] };
+    }
     const errors = doc.errors.map(
       (e) => new ConfigError(file, `error loading config file: ${e.message}`, lc.linePos(e.pos[0]).line),
     );
     return { errors };
   }
-  const r = new Reader(file, doc, lc);
+  const r = new Reader(file, lc, indexDocument(doc, lc), budget);
   const root = r.deref(doc.contents);
   if (root === null) return { raw: { file, domain: '', descriptors: [] }, errors: [] };
   if (!isMap(root)) {
@@ -330,7 +363,7 @@ export function parseConfigText(file: string, text: string): ParseResult {
     file,
     domain: r.str(f, 'domain'),
     domainLine: f.get('domain')?.line,
-    descriptors: readDescriptors(r, f),
+    descriptors: readDescriptors(r, f, 1),
   };
   return { raw, errors: r.errors };
 }

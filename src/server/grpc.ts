@@ -9,7 +9,10 @@ import {
 } from '../gen/grpc/health/v1/health';
 import { RateLimitServiceService, RateLimitResponse_Code } from '../gen/envoy/service/ratelimit/v3/rls';
 import type { Logger } from '../logger';
+import { InvalidRequestError } from '../errors';
 import type { RateLimitService } from '../service/ratelimit';
+import type { RequestBounds } from '../service/request';
+import { decodeRequest } from '../service/request-wire';
 import { HEALTH_SERVICES, type HealthState } from './health';
 import type { Metrics } from './metrics';
 import { mapError } from './status';
@@ -41,15 +44,39 @@ function healthImpl(health: HealthState): grpc.UntypedServiceImplementation {
   };
 }
 
+// What the ShouldRateLimit deserializer hands the handler when the bytes are not an acceptable
+// request: grpc-js answers INTERNAL for a throwing deserializer, and a malformed or oversized
+// request is the caller's fault (INVALID_ARGUMENT).
+class Refused {
+  constructor(readonly error: InvalidRequestError) {}
+}
+
+function rlsDefinition(bounds: RequestBounds): typeof RateLimitServiceService {
+  const method = RateLimitServiceService.shouldRateLimit;
+  const requestDeserialize = (bytes: Buffer): any => {
+    try {
+      return decodeRequest(bytes, bounds);
+    } catch (err) {
+      if (err instanceof InvalidRequestError) return new Refused(err);
+      throw err;
+    }
+  };
+  return { ...RateLimitServiceService, shouldRateLimit: { ...method, requestDeserialize } };
+}
+
 export function createGrpcServer(deps: { service: RateLimitService; health: HealthState; metrics: Metrics; logger: Logger }): grpc.Server {
   const { service, health, metrics, logger } = deps;
-  const server = new grpc.Server();
-  server.addService(RateLimitServiceService, {
+  // Larger messages are refused by grpc-js from their length prefix, before they are buffered
+  // (RESOURCE_EXHAUSTED, gRPC's code for an oversized message).
+  const server = new grpc.Server({ 'grpc.max_receive_message_length': service.bounds.maxRequestBytes });
+  server.addService(rlsDefinition(service.bounds), {
     shouldRateLimit(call: grpc.ServerUnaryCall<any, any>, callback: grpc.sendUnaryData<any>) {
       const end = metrics.requestDuration.startTimer({ transport: 'grpc' });
       const deadline = call.getDeadline();
       const deadlineAt = deadline instanceof Date ? deadline.getTime() : Number.isFinite(deadline) ? deadline : undefined;
-      service.shouldRateLimit(call.request, { deadlineAt }).then(
+      const request = call.request;
+      const decided = request instanceof Refused ? Promise.reject(request.error) : service.shouldRateLimit(request, { deadlineAt });
+      decided.then(
         (response) => {
           end();
           metrics.requests.inc({ transport: 'grpc', code: RateLimitResponse_Code[response.overallCode] });

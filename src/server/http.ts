@@ -1,15 +1,18 @@
 import http from 'node:http';
+import https from 'node:https';
+import type { TLSSocket } from 'node:tls';
 import { dumpConfig } from '../config/dump';
 import type { ConfigHolder } from '../config/holder';
 import { InvalidRequestError } from '../errors';
-import { RateLimitRequest, RateLimitResponse } from '../gen/envoy/service/ratelimit/v3/rls';
+import { type RateLimitRequest, RateLimitResponse } from '../gen/envoy/service/ratelimit/v3/rls';
 import type { Logger } from '../logger';
 import type { RateLimitService } from '../service/ratelimit';
+import { checkUtf8Bytes, DEFAULT_BOUNDS, overBound, type RequestBounds } from '../service/request';
+import { requestFromJson } from '../service/request-json';
 import type { HealthState } from './health';
 import type { Metrics } from './metrics';
 import { mapError } from './status';
-
-const MAX_BODY = 1 << 20;
+import type { ServerTls } from './tls';
 
 export interface HttpDeps {
   service: RateLimitService;
@@ -27,21 +30,42 @@ export function send(res: http.ServerResponse, status: number, body: string, typ
   res.end(body);
 }
 
-export function readBody(req: http.IncomingMessage): Promise<string> {
+// The body as text: at most MAX_REQUEST_BYTES (refused from Content-Length when it says more, else
+// once that much has arrived; the rest is discarded, never buffered), and valid UTF-8 as JSON
+// must be (decoding would silently turn invalid bytes into U+FFFD).
+export function readBody(req: http.IncomingMessage, bounds: RequestBounds = DEFAULT_BOUNDS): Promise<string> {
+  const max = bounds.maxRequestBytes;
   return new Promise((resolve, reject) => {
+    const declared = Number(req.headers['content-length'] ?? 0);
+    if (declared > max) {
+      req.resume();
+      return reject(overBound('request body', declared, 'maxRequestBytes', bounds, 'bytes'));
+    }
     const chunks: Buffer[] = [];
     let size = 0;
-    req.on('data', (c: Buffer) => {
+    const onData = (c: Buffer) => {
       size += c.length;
-      if (size > MAX_BODY) reject(new InvalidRequestError(`request body over ${MAX_BODY} bytes`));
-      else chunks.push(c);
+      if (size <= max) return void chunks.push(c);
+      req.off('data', onData);
+      req.resume();
+      reject(overBound('request body', size, 'maxRequestBytes', bounds, 'bytes (or more)'));
+    };
+    req.on('data', onData);
+    req.on('end', () => {
+      if (size > max) return;
+      const body = Buffer.concat(chunks);
+      try {
+        checkUtf8Bytes('request body', body);
+        resolve(body.toString('utf8'));
+      } catch (err) {
+        reject(err);
+      }
     });
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
     req.on('error', reject);
   });
 }
 
-export function parseRequest(body: string): RateLimitRequest {
+export function parseRequest(body: string, bounds: RequestBounds = DEFAULT_BOUNDS): RateLimitRequest {
   let parsed: unknown;
   try {
     parsed = JSON.parse(body);
@@ -51,7 +75,7 @@ export function parseRequest(body: string): RateLimitRequest {
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
     throw new InvalidRequestError('body must be a JSON object (a RateLimitRequest)');
   }
-  return RateLimitRequest.fromJSON(parsed);
+  return requestFromJson(parsed, bounds);
 }
 
 // Protobuf's canonical JSON writes Durations as "60s"; ts-proto's toJSON writes an object.
@@ -69,7 +93,7 @@ export function responseJson(response: RateLimitResponse): string {
 async function handleJson(req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): Promise<void> {
   const end = deps.metrics.requestDuration.startTimer({ transport: 'http' });
   try {
-    const response = await deps.service.shouldRateLimit(parseRequest(await readBody(req)));
+    const response = await deps.service.shouldRateLimit(parseRequest(await readBody(req, deps.service.bounds), deps.service.bounds));
     const over = response.overallCode === 2;
     deps.metrics.requests.inc({ transport: 'http', code: over ? 'OVER_LIMIT' : 'OK' });
     send(res, over ? 429 : 200, responseJson(response), 'application/json');
@@ -105,7 +129,7 @@ function rlconfig(_req: http.IncomingMessage, res: http.ServerResponse, deps: Ht
 // decided, without consuming anything.
 async function explain(req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): Promise<void> {
   try {
-    const out = await deps.service.explain(parseRequest(await readBody(req)));
+    const out = await deps.service.explain(parseRequest(await readBody(req, deps.service.bounds), deps.service.bounds));
     send(res, 200, `${JSON.stringify(out, null, 2)}\n`, 'application/json');
   } catch (err) {
     const mapped = mapError(err);
@@ -113,9 +137,19 @@ async function explain(req: http.IncomingMessage, res: http.ServerResponse, deps
   }
 }
 
-// The main HTTP listener (PORT): the RLS as JSON, health and metrics.
-export const MAIN_ROUTES: Record<string, { method: string; handle: Route }> = {
-  '/json': { method: 'POST', handle: handleJson },
+// `clientCert`: on a listener with a client CA (mTLS), only for clients whose certificate it
+// verified. Health and metrics stay open to any client that completes the TLS handshake, so that
+// probes (which present no certificate) keep working.
+interface RouteSpec {
+  method: string;
+  handle: Route;
+  clientCert?: true;
+}
+
+// The main HTTP listener (PORT): the RLS as JSON, health and metrics. With GRPC_SERVER_USE_TLS it
+// serves HTTPS with the gRPC listener's certificate (see createHttpServer).
+export const MAIN_ROUTES: Record<string, RouteSpec> = {
+  '/json': { method: 'POST', handle: handleJson, clientCert: true },
   '/healthcheck': { method: 'GET', handle: readiness },
   '/readyz': { method: 'GET', handle: readiness },
   // Liveness: the process answers; degraded or draining is not a reason to restart it.
@@ -124,7 +158,7 @@ export const MAIN_ROUTES: Record<string, { method: string; handle: Route }> = {
 };
 
 // The admin listener (ADMIN_PORT, localhost unless configured): config, explain, settings.
-export const ADMIN_ROUTES: Record<string, { method: string; handle: Route }> = {
+export const ADMIN_ROUTES: Record<string, RouteSpec> = {
   '/rlconfig': { method: 'GET', handle: rlconfig },
   '/explain': { method: 'POST', handle: explain },
   '/settings': { method: 'GET', handle: (_q, res, deps) => send(res, 200, `${JSON.stringify(deps.settingsDump(), null, 2)}\n`, 'application/json') },
@@ -132,21 +166,58 @@ export const ADMIN_ROUTES: Record<string, { method: string; handle: Route }> = {
   '/healthcheck': { method: 'GET', handle: readiness },
 };
 
-async function route(routes: Record<string, { method: string; handle: Route }>, req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): Promise<void> {
+async function route(routes: Record<string, RouteSpec>, req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps, mtls: boolean): Promise<void> {
   const r = routes[(req.url ?? '/').split('?')[0]];
   if (r === undefined) return send(res, 404, 'not found\n');
   const method = req.method ?? 'GET';
   if (method !== r.method && !(r.method === 'GET' && method === 'HEAD')) return send(res, 405, `use ${r.method}\n`);
+  if (r.clientCert && mtls && !(req.socket as TLSSocket).authorized) return send(res, 403, 'a client certificate signed by GRPC_CLIENT_TLS_CACERT is required\n');
   await r.handle(req, res, deps);
 }
 
-export function createHttpServer(deps: HttpDeps, routes = MAIN_ROUTES): http.Server {
-  return http.createServer((req, res) => {
-    route(routes, req, res, deps).catch((err: unknown) => {
+export interface HttpServerOptions {
+  // Until complete request headers (and the TLS handshake); the whole request; an idle keep-alive
+  // connection. Slow clients are cut off instead of holding sockets open.
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+  keepAliveTimeoutMs: number;
+  // Open connections at most; 0 = no cap.
+  maxConnections: number;
+  // HTTPS with these certificates (reloaded when they change).
+  tls?: ServerTls;
+}
+
+export const DEFAULT_HTTP_OPTIONS: HttpServerOptions = { headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, keepAliveTimeoutMs: 5000, maxConnections: 10_000 };
+
+export function createHttpServer(deps: HttpDeps, routes = MAIN_ROUTES, options: HttpServerOptions = DEFAULT_HTTP_OPTIONS): http.Server {
+  const mtls = options.tls?.requireClientCert === true;
+  const handler = (req: http.IncomingMessage, res: http.ServerResponse) => {
+    route(routes, req, res, deps, mtls).catch((err: unknown) => {
       deps.logger.error({ err, event: 'http_error' }, 'HTTP handler failed');
       if (!res.headersSent) send(res, 500, 'internal error\n');
     });
-  });
+  };
+  const timeouts: http.ServerOptions = {
+    headersTimeout: options.headersTimeoutMs,
+    requestTimeout: options.requestTimeoutMs,
+    keepAliveTimeout: options.keepAliveTimeoutMs,
+    // Node checks the two timeouts only this often (30 s by default).
+    connectionsCheckingInterval: Math.max(10, Math.min(1000, Math.floor(options.headersTimeoutMs / 4))),
+  };
+  const t = options.tls;
+  let server: http.Server;
+  if (t === undefined) {
+    server = http.createServer(timeouts, handler);
+  } else {
+    // A client without a certificate still completes the handshake (rejectUnauthorized: false);
+    // routes that need one check req.socket.authorized.
+    const tlsOptions = { requestCert: t.requireClientCert, rejectUnauthorized: false, handshakeTimeout: options.headersTimeoutMs };
+    const secure = https.createServer({ ...timeouts, ...tlsOptions, ...t.secureContext() }, handler);
+    t.onChange(() => secure.setSecureContext(t.secureContext()));
+    server = secure;
+  }
+  if (options.maxConnections > 0) server.maxConnections = options.maxConnections;
+  return server;
 }
 
 export function listenHttp(server: http.Server, host: string, port: number): Promise<number> {

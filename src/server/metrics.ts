@@ -12,6 +12,9 @@ export class Metrics {
   readonly configLoads: Counter<'result'>;
   readonly configLoadTimestamp: Gauge;
   readonly memoryEvictions: Counter;
+  readonly memoryOverflow: Counter;
+  readonly memoryOverflowBytes: Gauge;
+  memoryOverflowBytesSource?: () => number;
   readonly degraded: Counter<'policy'>;
   readonly breakerState: Gauge;
   readonly breakerTransitions: Counter<'to'>;
@@ -34,7 +37,8 @@ export class Metrics {
     this.requestDuration = new Histogram({ name: 'sluice_request_duration_seconds', help: 'ShouldRateLimit latency', labelNames: ['transport'], buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25], registers });
     this.configLoads = new Counter({ name: 'sluice_config_loads_total', help: 'Config loads by result (success, error)', labelNames: ['result'], registers });
     this.configLoadTimestamp = new Gauge({ name: 'sluice_config_last_load_success_timestamp_seconds', help: 'When the running config was loaded', registers });
-    this.memoryEvictions = new Counter({ name: 'sluice_memory_store_evictions_total', help: 'Counters evicted from the memory store because it reached its key cap', registers });
+    this.memoryEvictions = new Counter({ name: 'sluice_memory_store_evictions_total', help: 'Live counters evicted from the memory store to make room (none since keys beyond the cap go to the approximate tier; kept for dashboards)', registers });
+    this.memoryOverflow = new Counter({ name: 'sluice_memory_store_overflow_decisions_total', help: 'Limits decided by the memory store approximate tier (key cap reached with every counter live; it can only over-count)', registers });
     this.degraded = new Counter({ name: 'sluice_degraded_decisions_total', help: 'Decisions made without Redis, by fallback policy (local, allow, deny)', labelNames: ['policy'], registers });
     this.breakerState = new Gauge({ name: 'sluice_breaker_state', help: 'Circuit breaker in front of Redis: 0 closed, 1 half-open (recovering: a background write-back/probe, not a request), 2 open', registers });
     this.breakerTransitions = new Counter({ name: 'sluice_breaker_transitions_total', help: 'Circuit breaker state changes, by new state', labelNames: ['to'], registers });
@@ -54,6 +58,14 @@ export class Metrics {
       registers,
       collect() {
         if (keys.memoryKeysSource) this.set(keys.memoryKeysSource());
+      },
+    });
+    this.memoryOverflowBytes = new Gauge({
+      name: 'sluice_memory_store_overflow_bytes',
+      help: 'Bytes held by the memory store approximate tier (0 while every key has an exact counter)',
+      registers,
+      collect() {
+        if (keys.memoryOverflowBytesSource) this.set(keys.memoryOverflowBytesSource());
       },
     });
     const rule = (stat: RuleStat) =>

@@ -1,14 +1,29 @@
 import * as grpc from '@grpc/grpc-js';
+import type tls from 'node:tls';
 import type { Settings } from '../settings';
 
-// gRPC listener credentials. With TLS, certificate files are re-read every TLS_RELOAD_INTERVAL
+// The server certificate of GRPC_SERVER_USE_TLS, shared by the gRPC listener and (unless
+// HTTP_PLAINTEXT) the main HTTP listener. Certificate files are re-read every TLS_RELOAD_INTERVAL
 // and new connections use the new certificate (rotation without a restart); with a client CA,
 // clients must present a certificate it signed (mTLS).
-// The credentials, and a promise that resolves once the certificate files have been read: grpc-js
-// loads them asynchronously and resets connections until then, so sluice reports itself listening
-// only after.
-export function grpcCredentials(s: Settings): { credentials: grpc.ServerCredentials; ready: Promise<void> } {
-  if (!s.grpcTls) return { credentials: grpc.ServerCredentials.createInsecure(), ready: Promise.resolve() };
+export interface ServerTls {
+  credentials: grpc.ServerCredentials;
+  // Resolves once the files have been read: grpc-js loads them asynchronously and resets
+  // connections until then, so sluice reports itself listening only after.
+  ready: Promise<void>;
+  requireClientCert: boolean;
+  // The newest certificate, key and client CA, for an https server (after `ready`).
+  secureContext(): tls.SecureContextOptions;
+  // Called after each change of the files.
+  onChange(listener: () => void): void;
+  // Stops watching the files (the watcher's timer would keep the process alive).
+  close(): void;
+}
+
+type Identity = { certificate: Buffer; privateKey: Buffer };
+
+export function serverTls(s: Settings): ServerTls | undefined {
+  if (!s.grpcTls) return undefined;
   if (s.grpcTlsCert === '' || s.grpcTlsKey === '') {
     throw new Error('GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY');
   }
@@ -21,16 +36,50 @@ export function grpcCredentials(s: Settings): { credentials: grpc.ServerCredenti
     s.grpcTlsClientCa === ''
       ? null
       : new grpc.experimental.FileWatcherCertificateProvider({ caCertificateFile: s.grpcTlsClientCa, refreshIntervalMs: s.tlsReloadMs });
-  const loaded = (provider: grpc.experimental.CertificateProvider, kind: 'identity' | 'ca') =>
-    new Promise<void>((resolve, reject) => {
-      const listener = (update: unknown) => {
-        if (update === null) return reject(new Error(`cannot read the gRPC TLS ${kind} files`));
-        resolve();
-      };
-      if (kind === 'identity') provider.addIdentityCertificateListener(listener);
-      else provider.addCaCertificateListener(listener);
-    });
-  const ready = Promise.all([loaded(identity, 'identity'), clientCa === null ? undefined : loaded(clientCa, 'ca')]).then(() => undefined);
-  // grpc-js names the first parameter caCertificateProvider but passes it on as the identity.
-  return { credentials: grpc.experimental.createCertificateProviderServerCredentials(identity, clientCa, clientCa !== null), ready };
+  let id: Identity | undefined;
+  let ca: Buffer | undefined;
+  const changed = new Set<() => void>();
+  const notify = () => changed.forEach((l) => l());
+  let identityLoaded!: (err?: Error) => void;
+  let caLoaded!: (err?: Error) => void;
+  const settle = (resolve: () => void, reject: (e: Error) => void) => (err?: Error) => (err ? reject(err) : resolve());
+  const ready = Promise.all([
+    new Promise<void>((resolve, reject) => (identityLoaded = settle(resolve, reject))),
+    clientCa === null ? undefined : new Promise<void>((resolve, reject) => (caLoaded = settle(resolve, reject))),
+  ]).then(() => undefined);
+  // A null update (a file missing mid-rotation) keeps the last good certificate.
+  const onIdentity = (update: Identity | null) => {
+    if (update === null) return id === undefined ? identityLoaded(new Error('cannot read the gRPC TLS identity files')) : undefined;
+    const first = id === undefined;
+    id = update;
+    if (first) identityLoaded();
+    else notify();
+  };
+  const onCa = (update: { caCertificate: Buffer } | null) => {
+    if (update === null) return ca === undefined ? caLoaded(new Error('cannot read the gRPC TLS ca files')) : undefined;
+    const first = ca === undefined;
+    ca = update.caCertificate;
+    if (first) caLoaded();
+    else notify();
+  };
+  identity.addIdentityCertificateListener(onIdentity);
+  clientCa?.addCaCertificateListener(onCa);
+  return {
+    // grpc-js names the first parameter caCertificateProvider but passes it on as the identity.
+    credentials: grpc.experimental.createCertificateProviderServerCredentials(identity, clientCa, clientCa !== null),
+    ready,
+    requireClientCert: clientCa !== null,
+    secureContext: () => ({ cert: id?.certificate, key: id?.privateKey, ...(ca === undefined ? {} : { ca }) }),
+    onChange: (listener) => void changed.add(listener),
+    close() {
+      changed.clear();
+      identity.removeIdentityCertificateListener(onIdentity);
+      clientCa?.removeCaCertificateListener(onCa);
+    },
+  };
+}
+
+// gRPC listener credentials: insecure without GRPC_SERVER_USE_TLS.
+export function grpcCredentials(t: ServerTls | undefined): grpc.ServerCredentials {
+  return t === undefined ? grpc.ServerCredentials.createInsecure() : t.credentials;
 }

@@ -8,7 +8,7 @@ import type { Metrics } from '../server/metrics';
 import type { Settings } from '../settings';
 import type { Store } from '../store/store';
 import { explainRequest } from './explain';
-import { requestFromProto } from './request';
+import { requestBounds, requestFromProto, type RequestBounds } from './request';
 import { responseToProto, type ResponseOptions } from './response';
 
 export interface ServiceDeps {
@@ -23,9 +23,12 @@ export interface ServiceDeps {
 export class RateLimitService {
   private readonly limiter: LimiterSettings;
   private readonly responseOptions: ResponseOptions;
+  // What one request may carry; the transports also size their byte caps from it.
+  readonly bounds: RequestBounds;
 
   constructor(private readonly deps: ServiceDeps) {
     const s = deps.settings;
+    this.bounds = requestBounds(s);
     this.limiter = {
       keys: {
         prefix: s.cacheKeyPrefix,
@@ -47,7 +50,7 @@ export class RateLimitService {
   // Throws InvalidRequestError for a malformed request and UnavailableError when no decision can
   // be made; never answers UNKNOWN.
   async shouldRateLimit(pb: PbRequest, call: { deadlineAt?: number } = {}): Promise<PbResponse> {
-    const request = requestFromProto(pb);
+    const request = requestFromProto(pb, this.bounds);
     const config = this.deps.config.config;
     if (config === undefined) throw new UnavailableError('no rate limit configuration loaded');
     let decision: LimitDecision;
@@ -61,7 +64,7 @@ export class RateLimitService {
   }
 
   async explain(pb: PbRequest): Promise<Record<string, unknown>> {
-    const request = requestFromProto(pb);
+    const request = requestFromProto(pb, this.bounds);
     const config = this.deps.config.config;
     if (config === undefined) throw new UnavailableError('no rate limit configuration loaded');
     try {

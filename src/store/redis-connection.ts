@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from '../logger';
-import { type Settings, SettingsError } from '../settings';
+import { redactRedisUrl, type Settings, SettingsError } from '../settings';
 import type { RedisClient } from './redis';
 
 interface HostPort {
@@ -81,7 +81,7 @@ function sentinelProblem(url: string): string | undefined {
   if (/[:/]/.test(name)) return `starts with '${name}', which is not a master name`;
   for (const a of addresses) {
     const problem = hostPortProblem(a);
-    if (problem !== undefined) return `has sentinel address '${a}' that ${problem}`;
+    if (problem !== undefined) return `has sentinel address '${redactRedisUrl(a)}' that ${problem}`;
   }
   return undefined;
 }
@@ -92,14 +92,9 @@ function clusterProblem(url: string): string | undefined {
     const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):\/\//.exec(node);
     if (scheme !== null && !/^rediss?$/.test(scheme[1])) return `has scheme '${scheme[1]}://' (only redis:// and rediss://)`;
     const problem = scheme === null ? hostPortProblem(node) : urlProblem(node, false);
-    if (problem !== undefined) return `has node '${node}' that ${problem}`;
+    if (problem !== undefined) return `has node '${redactRedisUrl(node)}' that ${problem}`;
   }
   return undefined;
-}
-
-// Passwords never reach a message (settings are logged redacted too).
-function redacted(url: string): string {
-  return url.replace(/(\/\/[^:/@]*:)[^@]*@/g, '$1[redacted]@');
 }
 
 // Fails startup, before anything listens, on a REDIS_URL that cannot work for REDIS_TYPE.
@@ -107,7 +102,7 @@ export function validateRedisUrl(s: Settings): void {
   const url = s.redisUrl.trim();
   const check = s.redisType === 'sentinel' ? sentinelProblem : s.redisType === 'cluster' ? clusterProblem : singleProblem;
   const problem = url === '' ? 'is empty' : check(url);
-  if (problem !== undefined) throw new SettingsError(`REDIS_URL: '${redacted(s.redisUrl)}' ${problem}; ${FORMS[s.redisType]}`);
+  if (problem !== undefined) throw new SettingsError(`REDIS_URL: '${redactRedisUrl(s.redisUrl)}' ${problem}; ${FORMS[s.redisType]}`);
 }
 
 function auth(value: string): { username?: string; password?: string } {

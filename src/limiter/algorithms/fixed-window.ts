@@ -1,4 +1,4 @@
-import { type AlgorithmImpl, type LimitSpec, type State, type View, type Verdict, windowStart } from './types';
+import { type AlgorithmImpl, type LimitSpec, type State, ttlWithin, type View, type Verdict, windowStart } from './types';
 
 // Upstream's algorithm: windows aligned to multiples of their length since the epoch; a request
 // is over the limit when count + hits > limit. State: [windowStartMs, count].
@@ -28,6 +28,6 @@ export const fixedWindow: AlgorithmImpl = {
   },
 
   ttlMs(state: State, spec: LimitSpec, nowMs: number): number {
-    return Math.max(1, state[0] + spec.periodMs - nowMs);
+    return ttlWithin(state[0] + spec.periodMs - nowMs);
   },
 };

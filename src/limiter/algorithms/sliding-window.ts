@@ -3,6 +3,7 @@ import {
   EPSILON,
   type LimitSpec,
   type State,
+  ttlWithin,
   type View,
   type Verdict,
   wholeRequests,
@@ -63,6 +64,6 @@ export const slidingWindow: AlgorithmImpl = {
   },
 
   ttlMs(state: State, spec: LimitSpec, nowMs: number): number {
-    return Math.max(1, state[0] + 2 * spec.periodMs - nowMs);
+    return ttlWithin(state[0] + 2 * spec.periodMs - nowMs);
   },
 };

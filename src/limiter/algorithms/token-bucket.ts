@@ -3,6 +3,7 @@ import {
   EPSILON,
   type LimitSpec,
   type State,
+  ttlWithin,
   type View,
   type Verdict,
   wholeRequests,
@@ -49,8 +50,9 @@ export const tokenBucket: AlgorithmImpl = {
     return { allowed: false, retryAfterMs, next: undefined };
   },
 
+  // Until the bucket is full again; a bucket that never refills (limit 0) is kept as long as any
+  // counter (MAX_TTL_MS): expiring it would hand out a fresh burst.
   ttlMs(state: State, spec: LimitSpec, nowMs: number): number {
-    const full = refillMs(spec.burst - tokensAt(state, spec, nowMs), spec);
-    return Math.max(1, Number.isFinite(full) ? full : spec.periodMs);
+    return ttlWithin(refillMs(spec.burst - tokensAt(state, spec, nowMs), spec));
   },
 };

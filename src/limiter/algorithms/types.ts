@@ -54,3 +54,12 @@ export function wholeRequests(x: number): number {
 export function windowStart(nowMs: number, periodMs: number): number {
   return Math.floor(nowMs / periodMs) * periodMs;
 }
+
+// The longest TTL a counter is kept: 10 years. Longer ones (a huge period, a bucket that never
+// refills) would be written as e.g. 1e+17, which Redis rejects as PX; lua/algorithms.lua clamps
+// to the same value.
+export const MAX_TTL_MS = 315_360_000_000;
+
+export function ttlWithin(ms: number): number {
+  return Math.min(MAX_TTL_MS, Math.max(1, Math.ceil(ms)));
+}
