@@ -18,8 +18,6 @@ export interface MemoryStoreOptions {
   sweepIntervalMs?: number;
   // A limit was decided by the approximate tier (its key had no exact slot and none was free).
   onOverflow?: (key: string) => void;
-  // Never called: live counters are not evicted any more. Accepted so existing callers compile.
-  onEvict?: (key: string) => void;
 }
 
 export const DEFAULT_MAX_KEYS = 1_000_000;
