@@ -145,7 +145,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'redisTimeoutMs', flag: 'redis-timeout', env: ['REDIS_TIMEOUT'], kind: 'duration', def: 1000, help: 'a Redis call unanswered this long opens the breaker at once (the call is not abandoned: its outcome is still counted when Redis answers)' },
   { key: 'redisConnectTimeoutMs', flag: 'redis-connect-timeout', env: ['REDIS_CONNECT_TIMEOUT'], kind: 'duration', def: 2000, help: 'connect timeout; sluice keeps retrying, health says NOT_SERVING meanwhile' },
   { key: 'storeDeadlineMs', flag: 'store-deadline', env: ['STORE_DEADLINE'], kind: 'duration', def: 100, help: "longest a decision waits on Redis for callers that give no deadline; with a gRPC deadline (Envoy always sends one) the wait is that deadline minus DEADLINE_MARGIN" },
-  { key: 'deadlineMarginMs', flag: 'deadline-margin', env: ['DEADLINE_MARGIN'], kind: 'duration', def: 2, help: "kept back from the caller's gRPC deadline" },
+  { key: 'deadlineMarginMs', flag: 'deadline-margin', env: ['DEADLINE_MARGIN'], kind: 'duration', def: 2, help: "kept back from the caller's gRPC deadline for the answer to travel (a tenth of the time left when that is more)" },
   { key: 'breakerFailureRatio', flag: 'breaker-failure-ratio', env: ['BREAKER_FAILURE_RATIO'], kind: 'ratio', def: 0.5, help: 'share of failed or timed-out Redis calls in the window that opens the breaker' },
   { key: 'breakerMinCalls', flag: 'breaker-min-calls', env: ['BREAKER_MIN_CALLS'], kind: 'int', def: 10, help: 'fewest calls in the window before the ratio applies' },
   { key: 'breakerWindowMs', flag: 'breaker-window', env: ['BREAKER_WINDOW'], kind: 'duration', def: 10_000, help: 'sliding window of the failure ratio' },
