@@ -2,11 +2,13 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { BinaryWriter } from '@bufbuild/protobuf/wire';
 import * as grpc from '@grpc/grpc-js';
 import { RateLimitRequest, RateLimitResponse, RateLimitResponse_Code } from '../src/gen/envoy/service/ratelimit/v3/rls';
+import { createLogger } from '../src/logger';
 import { loadSettings } from '../src/settings';
 import { MemoryStore } from '../src/store/memory';
 import type { Store } from '../src/store/store';
@@ -355,5 +357,32 @@ describe('item 1: huge requests against a real Redis', () => {
     }
     assert.equal(s.app.health.degraded(), undefined);
     assert.equal((await redis.cli('--scan', '--pattern', '*at-*')).split('\n').length, 256);
+  });
+});
+
+describe('refusals are not silent', () => {
+  test('refused requests log one warn line per 10 s naming the latest reason, and count in the metric', async () => {
+    let logs = '';
+    const sink = new Writable({ write: (c: Buffer, _e, done) => ((logs += c.toString()), done()) });
+    const s = await startApp({ configPaths: [path.resolve(__dirname, '../../examples/config')] }, { logger: createLogger('info', sink) });
+    try {
+      for (let i = 0; i < 3; i++) {
+        const r = await s.http('/json', { method: 'POST', body: JSON.stringify({ domain: 'edge', descriptors: [null] }) });
+        assert.equal(r.status, 400);
+      }
+      const refused = logs
+        .split('\n')
+        .filter((l) => l !== '')
+        .map((l) => JSON.parse(l) as Record<string, unknown>)
+        .filter((l) => l.event === 'requests_refused');
+      assert.equal(refused.length, 1);
+      assert.equal(refused[0].level, 'warn');
+      assert.equal(refused[0].transport, 'http');
+      assert.match(String(refused[0].error), /descriptors\[0\]/);
+      const metrics = await (await s.http('/metrics')).text();
+      assert.match(metrics, /^sluice_requests_total\{transport="http",code="INVALID_ARGUMENT"\} 3$/m);
+    } finally {
+      await s.stop();
+    }
   });
 });

@@ -15,7 +15,7 @@ import type { RequestBounds } from '../service/request';
 import { decodeRequest } from '../service/request-wire';
 import { HEALTH_SERVICES, type HealthState } from './health';
 import type { Metrics } from './metrics';
-import { mapError } from './status';
+import { failureLog, mapError } from './status';
 
 export const PROTO_DIR = path.resolve(__dirname, '../../../proto');
 
@@ -66,6 +66,7 @@ function rlsDefinition(bounds: RequestBounds): typeof RateLimitServiceService {
 
 export function createGrpcServer(deps: { service: RateLimitService; health: HealthState; metrics: Metrics; logger: Logger }): grpc.Server {
   const { service, health, metrics, logger } = deps;
+  const logFailure = failureLog(logger, 'grpc');
   // Larger messages are refused by grpc-js from their length prefix, before they are buffered
   // (RESOURCE_EXHAUSTED, gRPC's code for an oversized message).
   const server = new grpc.Server({ 'grpc.max_receive_message_length': service.bounds.maxRequestBytes });
@@ -86,8 +87,7 @@ export function createGrpcServer(deps: { service: RateLimitService; health: Heal
           end();
           const mapped = mapError(err);
           metrics.requests.inc({ transport: 'grpc', code: mapped.label });
-          if (mapped.label === 'INTERNAL') logger.error({ err, event: 'internal_error' }, 'ShouldRateLimit failed');
-          else logger.debug({ event: 'request_error', code: mapped.label, error: mapped.message }, mapped.message);
+          logFailure(mapped, err);
           callback({ code: mapped.grpc, details: mapped.message });
         },
       );

@@ -11,7 +11,7 @@ import { checkUtf8Bytes, DEFAULT_BOUNDS, overBound, type RequestBounds } from '.
 import { requestFromJson } from '../service/request-json';
 import type { HealthState } from './health';
 import type { Metrics } from './metrics';
-import { mapError } from './status';
+import { failureLog, mapError } from './status';
 import type { ServerTls } from './tls';
 
 export interface HttpDeps {
@@ -90,6 +90,14 @@ export function responseJson(response: RateLimitResponse): string {
 }
 
 // POST /json: the RLS call as JSON; 200 OK, 429 over limit, 400 bad input (as upstream).
+// One failure log per app (its logger), shared by its HTTP listeners.
+const failureLogs = new WeakMap<Logger, ReturnType<typeof failureLog>>();
+function httpFailureLog(logger: Logger): ReturnType<typeof failureLog> {
+  let log = failureLogs.get(logger);
+  if (log === undefined) failureLogs.set(logger, (log = failureLog(logger, 'http')));
+  return log;
+}
+
 async function handleJson(req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): Promise<void> {
   const end = deps.metrics.requestDuration.startTimer({ transport: 'http' });
   try {
@@ -100,7 +108,7 @@ async function handleJson(req: http.IncomingMessage, res: http.ServerResponse, d
   } catch (err) {
     const mapped = mapError(err);
     deps.metrics.requests.inc({ transport: 'http', code: mapped.label });
-    if (mapped.label === 'INTERNAL') deps.logger.error({ err, event: 'internal_error' }, 'POST /json failed');
+    httpFailureLog(deps.logger)(mapped, err);
     send(res, mapped.http, JSON.stringify({ error: mapped.message, code: mapped.label }), 'application/json');
   } finally {
     end();
