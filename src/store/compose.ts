@@ -156,8 +156,6 @@ export function createRedisStack(redis: RedisStore, events: StoreEvents, o: Redi
     lag.close();
     if (closed()) await journal.flush().catch(() => undefined);
     await replicas.close();
-    await redis.refunds.drain().catch(() => undefined);
-    redis.refunds.close();
     await local.close();
   });
 }

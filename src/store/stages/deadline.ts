@@ -26,8 +26,6 @@ export class DeadlineExceeded extends Error {
   }
 }
 
-type Settled = { ok: true; value: Decision } | { ok: false; error: unknown };
-
 // Time belongs to the caller: a call waits for Redis until the caller's deadline minus the margin
 // (STORE_DEADLINE only when the caller gave none), never a fixed shorter time.
 export class DeadlineStage extends Stage {
@@ -60,33 +58,31 @@ export class DeadlineStage extends Stage {
     if (budget <= 0) return Promise.reject(new DeadlineExceeded('no time left before the caller deadline', false, 0));
     const startedAt = performance.now();
     const call = start();
-    let settled: Settled | undefined;
-    call.then(
-      (value) => (settled = { ok: true, value }),
-      (error: unknown) => (settled = { ok: false, error }),
-    );
     return new Promise<Decision>((resolve, reject) => {
-      let timer: NodeJS.Timeout | undefined;
-      const done = (s: Settled) => {
-        clearTimeout(timer);
-        if (s.ok) resolve(s.value);
-        else reject(s.error);
-      };
-      call.then(
-        (value) => done({ ok: true, value }),
-        (error: unknown) => done({ ok: false, error }),
-      );
-      timer = setTimeout(() => {
+      let answered = false;
+      const timer = setTimeout(() => {
         // Let I/O that is already waiting be read first: an answer sitting in the socket while
         // this process was busy is an answer in time, not a Redis failure.
         setImmediate(() => {
-          if (settled !== undefined) return done(settled);
+          if (answered) return;
           const lag = this.o.lag.maxLagSince(startedAt);
           const redisFault = lag < budget / 2;
           const why = redisFault ? '' : ` (this process was busy: event-loop lag ${Math.round(lag)} ms)`;
           reject(new DeadlineExceeded(`no answer from Redis within ${Math.round(budget)} ms${why}`, redisFault, lag, call));
         });
       }, budget);
+      call.then(
+        (value) => {
+          answered = true;
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (error: unknown) => {
+          answered = true;
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
     });
   }
 }

@@ -3,6 +3,7 @@ import { windowStart } from '../../limiter/algorithms/types';
 import type { StoreEvents } from '../events';
 import type { LeaseGrant, SharedOps } from '../shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from '../store';
+import { knownDenial } from './over-limit';
 import { Stage } from './stage';
 
 export interface LeaseOptions {
@@ -163,13 +164,7 @@ export class LeaseStage extends Stage {
     if (i < 0) return undefined;
     const e = this.exhausted.get(checks[i].key)!;
     this.o.events.overLimitCacheHit();
-    const wait = Math.max(0, e.until - now);
-    const outcomes = checks.map((c, j): LimitOutcome =>
-      j === i
-        ? { allowed: false, consumed: false, remaining: 0, resetMs: Math.max(0, e.resetMs), retryAfterMs: Math.min(e.retryAfterMs, wait), usedBefore: c.algorithm === 'token_bucket' || c.algorithm === 'gcra' ? c.burst : c.limit }
-        : { allowed: true, consumed: false, remaining: undefined, resetMs: undefined, retryAfterMs: 0, usedBefore: 0 },
-    );
-    return { admitted: false, outcomes };
+    return knownDenial(checks, i, Math.max(0, e.resetMs), Math.min(e.retryAfterMs, Math.max(0, e.until - now)));
   }
 
   private isExhausted(key: string, now: number): boolean {

@@ -54,13 +54,7 @@ export class OverLimitCacheStage extends Stage {
     }
     if (until === undefined) return undefined;
     this.o.events.overLimitCacheHit();
-    const wait = until - now;
-    const outcomes: LimitOutcome[] = checks.map((c, j) =>
-      j === i
-        ? { allowed: false, consumed: false, remaining: 0, resetMs: wait, retryAfterMs: wait, usedBefore: capacity(c) }
-        : { allowed: true, consumed: false, remaining: undefined, resetMs: undefined, retryAfterMs: 0, usedBefore: 0 },
-    );
-    return { admitted: false, outcomes };
+    return knownDenial(checks, i, until - now, until - now);
   }
 
   private remember(checks: readonly LimitCheck[], decision: Decision, now: number): void {
@@ -73,7 +67,14 @@ export class OverLimitCacheStage extends Stage {
   }
 }
 
-// A denied counter is full: its whole capacity is in use (for near-limit statistics).
-function capacity(c: LimitCheck): number {
-  return c.algorithm === 'token_bucket' || c.algorithm === 'gcra' ? c.burst : c.limit;
+// A request denied without asking the store: check `i` is known to have nothing left (remaining
+// 0, its reset, its retry-after; its whole capacity in use, for near-limit statistics); the other
+// limits were not asked, so what they have left is unknown and said to be.
+export function knownDenial(checks: readonly LimitCheck[], i: number, resetMs: number, retryAfterMs: number): Decision {
+  const outcomes = checks.map((c, j): LimitOutcome =>
+    j === i
+      ? { allowed: false, consumed: false, remaining: 0, resetMs, retryAfterMs, usedBefore: c.algorithm === 'token_bucket' || c.algorithm === 'gcra' ? c.burst : c.limit }
+      : { allowed: true, consumed: false, remaining: undefined, resetMs: undefined, retryAfterMs: 0, usedBefore: 0 },
+  );
+  return { admitted: false, outcomes };
 }
