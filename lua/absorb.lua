@@ -18,6 +18,6 @@ ARGV[2+7(i-1) .. 8+7(i-1)]  entry i: algorithm, limit, period ms, burst, hits,
 
 Returns the number of counters changed. --]]
 
-return rewrite_each(7, function(impl, state, s, extra, now)
+return rewrite_each(KEYS, ARGV, 7, function(impl, state, s, extra, now)
   return impl.absorb(state, s, extra[1], extra[2], extra[3] or 0, now)
 end)

@@ -4,11 +4,18 @@
 -- made there too (test/store-redis.test.ts runs one trace through both). refund and absorb exist
 -- only here: only a shared store gives hits back or takes in a fallback's hits.
 --
--- A state is a Lua array of numbers, stored as one string "a:b:c" with %.17g so that doubles
--- round-trip exactly. A limit spec is { alg, limit, period, burst } (period in ms).
+-- A state is a Lua array of numbers, stored as one string "a:b:c": integers (the windows' starts and
+-- counts) with %d, other numbers with %.17g so that doubles round-trip exactly. A limit spec is
+-- { alg, limit, period, burst } (period in ms).
+--
+-- Loaded either as a Redis Function library (Redis >= 7: this file runs once, at FUNCTION LOAD) or
+-- in front of each script body for EVALSHA (older servers: it runs on every call). Nothing at the
+-- top level may touch a global library (math, string, ...): Redis 7.0 does not offer them while a
+-- library loads. Nor may anything here read KEYS or ARGV as globals: functions get them as
+-- arguments (see scripts.ts, which wraps each script body as `function (KEYS, ARGV)`).
 
 local EPS = 1e-6
-local INF = math.huge
+local INF = 1 / 0
 -- Longest TTL written (10 years), as MAX_TTL_MS in types.ts: Lua would hand Redis a longer one as
 -- "1e+17", which PX rejects after the script's earlier writes were made.
 local MAX_TTL = 315360000000
@@ -296,14 +303,21 @@ local ALGORITHMS = {
 
 local function decode_state(raw)
   if not raw then return nil end
-  local state = {}
-  for part in string.gmatch(raw, '[^:]+') do state[#state + 1] = tonumber(part) end
-  return state
+  local a, b, c = string.match(raw, '^([^:]+):?([^:]*):?([^:]*)$')
+  if c ~= nil and c ~= '' then return { tonumber(a), tonumber(b), tonumber(c) } end
+  if b ~= nil and b ~= '' then return { tonumber(a), tonumber(b) } end
+  return { tonumber(a) }
+end
+
+local function encode_number(x)
+  if x == math.floor(x) and x > -1e15 and x < 1e15 then return string.format('%d', x) end
+  return string.format('%.17g', x)
 end
 
 local function encode_state(state)
+  if #state == 2 then return encode_number(state[1]) .. ':' .. encode_number(state[2]) end
   local parts = {}
-  for i = 1, #state do parts[i] = string.format('%.17g', state[i]) end
+  for i = 1, #state do parts[i] = encode_number(state[i]) end
   return table.concat(parts, ':')
 end
 
@@ -312,11 +326,23 @@ local function num(x)
   return string.format('%.17g', x)
 end
 
--- Redis' own clock, unless a test passes an explicit time (ARGV). Production never does.
-local function now_ms(explicit)
-  if explicit ~= nil and explicit ~= '' then return tonumber(explicit) end
+-- Redis' own clock in ms, and the same instant as replies carry it: whole microseconds (Redis
+-- truncates Lua numbers in replies to integers), of which ms = us / 1000, one division that the
+-- Node side repeats to get the very same double. Tests may pass an explicit time in ms (ARGV),
+-- which is used as it is and replied as a string (%.17g); production never passes one.
+local function clock(explicit)
+  if explicit ~= nil and explicit ~= '' then
+    local ms = tonumber(explicit)
+    return ms, string.format('%.17g', ms)
+  end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return us / 1000, us
+end
+
+local function now_ms(explicit)
+  local ms = clock(explicit)
+  return ms
 end
 
 local function write_state(key, impl, state, s, now)
@@ -329,7 +355,7 @@ end
 -- and burst. `change(impl, state, s, extra, now)` gets the entry's remaining fields as numbers
 -- (`extra[1]`, ...) and returns the new state, or the same (or nil) to leave the counter alone.
 -- Returns how many counters changed.
-local function rewrite_each(width, change)
+local function rewrite_each(KEYS, ARGV, width, change)
   local now = now_ms(ARGV[1])
   local changed = 0
   for i = 1, #KEYS do

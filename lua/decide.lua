@@ -16,68 +16,62 @@ ARGV[3]  "request": apply the whole-request rule (denied if an enforced limit sa
 ARGV[4+6(i-1) .. 9+6(i-1)]  limit i: algorithm, limit, period ms, burst, hits, mode
          (enforce | shadow | quota)
 
-Returns { admitted (1|0), now, then for each limit: allowed (1|0), consumed (1|0), remaining,
-reset ms, retry-after ms ("inf" = never), used before, remaining before, reset before }.
-Numbers other than the flags are strings (%.17g): Redis would truncate Lua floats. --]]
+Returns { admitted (1|0), now (Redis time in whole microseconds; with an explicit test time, that
+time in ms as a string), then for each limit: flags
+(1 allowed + 2 consumed), the counter's state before this request as stored ("a:b", false when
+there is none) }. Everything a caller reports (remaining, reset, retry-after, used before) follows
+from the state before, the time and the limit by the algorithms' view and decide, which the Node
+side runs itself (src/limiter/algorithms mirror this file): computing and formatting them here
+would spend the one Redis' CPU on what every replica can do on its own. --]]
 
 local count_denied = ARGV[1] == '1'
-local now = now_ms(ARGV[2])
-local whole_request = ARGV[3] == 'request' or ARGV[3] == 'peek'
-local dry_run = ARGV[3] == 'peek'
-
-local specs, modes, hits = {}, {}, {}
-for i = 1, #KEYS do
-  local b = 3 + 6 * (i - 1)
-  specs[i] = { alg = ARGV[b + 1], limit = tonumber(ARGV[b + 2]), period = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]) }
-  hits[i] = tonumber(ARGV[b + 5])
-  modes[i] = ARGV[b + 6]
-end
+local now, now_us = clock(ARGV[2])
+local scope = ARGV[3]
+local n = #KEYS
 
 -- Limits of one request that share a key see each other's hits, in request order.
-local working, before, verdicts = {}, {}, {}
-for i = 1, #KEYS do
-  local key = KEYS[i]
-  local state
-  if working[key] ~= nil then state = working[key] else state = decode_state(redis.call('GET', key)) end
-  before[i] = state
-  local allowed, retry, nxt = ALGORITHMS[specs[i].alg].decide(state, specs[i], hits[i], now)
-  verdicts[i] = { allowed = allowed, retry = retry, next = nxt }
-  local applies = allowed
-  if count_denied then applies = nxt ~= nil end
-  if applies then working[key] = nxt end
-end
-
+local working = nil
+if n > 1 then working = {} end
+local specs, nexts, raws, allowed = {}, {}, {}, {}
 local admitted = true
 local quota_total, quota_denied = 0, 0
-for i = 1, #KEYS do
-  if modes[i] == 'enforce' and not verdicts[i].allowed then admitted = false end
-  if modes[i] == 'quota' then
+for i = 1, n do
+  local b = 3 + 6 * (i - 1)
+  local key = KEYS[i]
+  local s = { alg = ARGV[b + 1], limit = tonumber(ARGV[b + 2]), period = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]) }
+  local state, raw
+  if working ~= nil and working[key] ~= nil then
+    state = working[key]
+    raw = encode_state(state)
+  else
+    raw = redis.call('GET', key)
+    state = decode_state(raw)
+  end
+  local ok, _, nxt = ALGORITHMS[s.alg].decide(state, s, tonumber(ARGV[b + 5]), now)
+  specs[i], nexts[i], raws[i], allowed[i] = s, nxt, raw, ok
+  local mode = ARGV[b + 6]
+  if mode == 'enforce' then
+    if not ok then admitted = false end
+  elseif mode == 'quota' then
     quota_total = quota_total + 1
-    if not verdicts[i].allowed then quota_denied = quota_denied + 1 end
+    if not ok then quota_denied = quota_denied + 1 end
   end
+  if working ~= nil and (ok or (count_denied and nxt ~= nil)) then working[key] = nxt end
 end
-if whole_request and quota_total > 0 and quota_denied == quota_total then admitted = false end
+if scope ~= 'group' and quota_total > 0 and quota_denied == quota_total then admitted = false end
 
-local out = { admitted and 1 or 0, num(now) }
-for i = 1, #KEYS do
-  local v, s = verdicts[i], specs[i]
-  local impl = ALGORITHMS[s.alg]
-  local consume = not dry_run and v.next ~= nil and (count_denied or (admitted and v.allowed))
-  local after = before[i]
-  if consume then
-    after = v.next
-    write_state(KEYS[i], impl, v.next, s, now)
+local out = { admitted and 1 or 0, now_us }
+local write = scope ~= 'peek'
+for i = 1, n do
+  local nxt = nexts[i]
+  local flags = 0
+  if allowed[i] then flags = 1 end
+  if write and nxt ~= nil and (count_denied or (admitted and allowed[i])) then
+    flags = flags + 2
+    local s = specs[i]
+    write_state(KEYS[i], ALGORITHMS[s.alg], nxt, s, now)
   end
-  local remaining, reset = impl.view(after, s, now)
-  local remaining0, reset0, used0 = impl.view(before[i], s, now)
-  local n = #out
-  out[n + 1] = v.allowed and 1 or 0
-  out[n + 2] = consume and 1 or 0
-  out[n + 3] = num(remaining)
-  out[n + 4] = num(reset)
-  out[n + 5] = num(v.retry)
-  out[n + 6] = num(used0)
-  out[n + 7] = num(remaining0)
-  out[n + 8] = num(reset0)
+  out[2 * i + 1] = flags
+  out[2 * i + 2] = raws[i] or false
 end
 return out

@@ -13,7 +13,7 @@ ARGV[2+6(i-1) .. 7+6(i-1)]  entry i: algorithm, limit, period ms, burst, hits, a
 Returns the number of counters given back to (a counter that expired meanwhile needs nothing;
 hits of a window that has closed since are not given back). --]]
 
-return rewrite_each(6, function(impl, state, s, extra, now)
+return rewrite_each(KEYS, ARGV, 6, function(impl, state, s, extra, now)
   if state == nil then return nil end
   return impl.refund(state, s, extra[1], extra[2], now)
 end)

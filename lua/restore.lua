@@ -13,6 +13,6 @@ ARGV[2+6(i-1) .. 7+6(i-1)]  entry i: algorithm, limit, period ms, burst, remaini
 
 Returns the number of counters changed. --]]
 
-return rewrite_each(6, function(impl, state, s, extra, now)
+return rewrite_each(KEYS, ARGV, 6, function(impl, state, s, extra, now)
   return impl.restore(state, s, extra[1], extra[2], now)
 end)

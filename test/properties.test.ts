@@ -188,7 +188,7 @@ const stepArb: fc.Arbitrary<Step> = fc.oneof(
 // between, and the transaction takes far less than the 1 ms shortest TTL); the test then expires
 // keys in explicit time, at the TTL the script set, as Redis would have in its own time.
 class ExpiryBridge {
-  readonly target: Redis & { sluiceDecide(numKeys: number, args: unknown[]): Promise<unknown> };
+  readonly target: Redis;
   readonly client: Redis;
   // The keys of the last (non-peek) decision: value and PTTL right after the script.
   lastWrite = new Map<string, { raw: string | null; pttl: number }>();
@@ -196,21 +196,23 @@ class ExpiryBridge {
   lastWriteMs = 0;
 
   constructor(conn: Redis) {
-    this.target = conn as ExpiryBridge['target'];
-    const decide = (numKeys: number, args: unknown[]) => this.decide(numKeys, args);
+    this.target = conn;
+    // The store calls its decide function as fcall(name, numKeys, args); everything else passes.
+    const fcall = (name: string, numKeys: number, args: unknown[]) =>
+      /_decide$/.test(name) ? this.decide(name, numKeys, args) : conn.fcall(name, numKeys, ...(args as string[]));
     this.client = new Proxy(conn, {
       get(target, prop) {
-        if (prop === 'sluiceDecide') return decide;
+        if (prop === 'fcall') return fcall;
         const v = Reflect.get(target, prop, target) as unknown;
         return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
       },
     });
   }
 
-  private async decide(numKeys: number, args: unknown[]): Promise<unknown> {
+  private async decide(name: string, numKeys: number, args: unknown[]): Promise<unknown> {
     const keys = [...new Set(args.slice(0, numKeys).map(String))];
     const m = this.target.multi() as unknown as Record<string, (...a: unknown[]) => unknown> & { exec(): Promise<[Error | null, unknown][] | null> };
-    m.sluiceDecide(numKeys, args);
+    m.fcall(name, numKeys, args);
     for (const k of keys) (m.get(k), m.pttl(k), m.persist(k));
     const started = performance.now();
     const replies = (await m.exec()) ?? [];
@@ -242,8 +244,8 @@ describe('(b) memory and Redis stores agree on random traces; (c) a denied reque
     const conn = bridge.target;
     const redis = new RedisStore({ clients: [bridge.client], cluster: false, explicitClock: clock, events: silentEvents, keyPrefix: 'p:' });
     await new Promise<void>((resolve) => (conn.status === 'ready' ? resolve() : conn.once('ready', () => resolve())));
-    // Loads the script (EVALSHA inside MULTI cannot fall back to EVAL).
-    await conn.sluiceDecide(1, ['p:warm', '0', '0', 'peek', 'fixed_window', 1, 1000, 1, 0, 'enforce']);
+    // Loads the function library (outside the MULTI the bridge wraps decisions in).
+    await redis.peek([{ key: 'p:warm', algorithm: 'fixed_window', limit: 1, periodMs: 1000, burst: 1, hits: 0, mode: 'enforce' }], { countDeniedHits: false });
     const numRuns = runs(100);
     const counts = { runs: 0, decisions: 0, denied: 0, deniedChecked: 0, reloads: 0, multiKey: 0, sameKeyTwice: 0 };
     let run = 0;

@@ -548,3 +548,46 @@ describe('replica registry, probe and readiness', () => {
     }
   });
 });
+
+describe('script loading: Redis Functions, EVALSHA where there are none', () => {
+  const decideTwice = async (s: RedisStore) => {
+    const checks = [check('load:a', 'fixed_window', 5), check('load:b', 'gcra', 5)];
+    const first = await s.decide(checks, { countDeniedHits: false });
+    const second = await s.decide(checks, { countDeniedHits: false });
+    assert.equal(first.admitted && second.admitted, true);
+    assert.deepEqual(second.outcomes.map((o) => o.remaining), [3, 3]);
+  };
+  const commandCalls = async (node: RedisNode, command: string) =>
+    Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(await node.cli('INFO', 'commandstats'))?.[1] ?? 0);
+
+  test('the library is loaded where it is missing, and again after FUNCTION FLUSH', async () => {
+    const node = await startRedis();
+    const client = await ready(new Redis({ port: node.port, host: '127.0.0.1' }));
+    const s = store([client], false);
+    try {
+      await decideTwice(s);
+      assert.match(await node.cli('FUNCTION', 'LIST'), /sluice_[0-9a-f]{12}/);
+      await node.cli('FUNCTION', 'FLUSH');
+      await client.del('load:a', 'load:b');
+      await decideTwice(s);
+      assert.equal(await commandCalls(node, 'evalsha'), 0);
+      assert.ok((await commandCalls(node, 'fcall')) >= 4);
+    } finally {
+      await s.close();
+      await node.stop();
+    }
+  });
+
+  test('a server without Functions (as Redis 6) is served by EVALSHA with the same answers', async () => {
+    const node = await startRedis({ args: ['--rename-command', 'FUNCTION', 'sluice-test-no-function', '--rename-command', 'FCALL', 'sluice-test-no-fcall'] });
+    const client = await ready(new Redis({ port: node.port, host: '127.0.0.1' }));
+    const s = store([client], false);
+    try {
+      await decideTwice(s);
+      assert.ok((await commandCalls(node, 'evalsha')) + (await commandCalls(node, 'eval')) >= 2);
+    } finally {
+      await s.close();
+      await node.stop();
+    }
+  });
+});

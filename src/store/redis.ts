@@ -1,11 +1,11 @@
 import calculateSlot from 'cluster-key-slot';
 import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../clock';
-import type { LimitSpec } from '../limiter/algorithms';
+import { ALGORITHM_IMPLS, type LimitSpec, type State } from '../limiter/algorithms';
 import { admits } from '../limiter/policy';
 import type { StoreEvents } from './events';
 import { RefundQueue, type RefundQueueOptions } from './refund-queue';
-import { loadScripts, type ScriptName } from './scripts';
+import { loadScripts, type ScriptName, type Scripts } from './scripts';
 import { PartialWrite, type AbsorbEntry, type LeaseGrant, MAX_BATCH, type RefundEntry, type RestoreEntry, type SharedOps } from './shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from './store';
 
@@ -36,7 +36,8 @@ interface GroupResult {
   outcomes: (LimitOutcome & { remainingBefore: number; resetBefore: number })[];
 }
 
-const FIELDS = 8;
+// Per limit in a decide reply: flags (1 allowed, 2 consumed) and the state before.
+const FIELDS = 2;
 // Batches of one absorb/refund in flight at once: a big write-back neither floods Redis nor
 // waits on one round trip per batch.
 const PARALLEL_BATCHES = 16;
@@ -73,7 +74,11 @@ export class RedisStore implements Store, SharedOps {
   // Hits to give back for multi-slot requests denied (or failed) after some slots consumed.
   readonly refunds: RefundQueue;
   private next = 0;
-  private readonly scripts: Record<ScriptName, string>;
+  private readonly scripts: Scripts;
+  // Functions (FCALL) until a server says it has none (Redis < 7); then EVALSHA for good.
+  private functions = true;
+  // Library loads in flight, per connection, so that a burst of "not found" loads it once.
+  private readonly loading = new Map<RedisClient, Promise<void>>();
   // Sticky: a real decision has round-tripped since start (readiness).
   private decidedOnce = false;
   private closed = false;
@@ -91,7 +96,7 @@ export class RedisStore implements Store, SharedOps {
     this.epochKey = `${options.keyPrefix}{sluice-fleet}epoch`;
     this.refunds = new RefundQueue({ ...options.refunds, events: options.events, split: (e) => this.batches(e), send: (b) => this.refundBatch(b) });
     for (const client of options.clients) {
-      for (const [name, lua] of Object.entries(this.scripts)) client.defineCommand(COMMAND[name as ScriptName], { lua });
+      for (const [name, lua] of Object.entries(this.scripts.eval)) client.defineCommand(COMMAND[name as ScriptName], { lua });
       client.on('ready', () => {
         this.notify();
         this.probeUntilDecided(client);
@@ -214,7 +219,7 @@ export class RedisStore implements Store, SharedOps {
   private async probeWith(client: RedisClient): Promise<{ nowMs: number }> {
     const args: Arg[] = [`${this.options.keyPrefix}{sluice-probe}`, '0', this.time(), 'peek', 'fixed_window', 1, 1000, 1, 0, 'enforce'];
     const reply = (await this.run('probe', 'decide', 1, args, client)) as unknown[];
-    return { nowMs: Number(reply[1]) };
+    return { nowMs: replyTime(reply[1]) };
   }
 
   // Whenever a connection becomes ready and no decision has round-tripped yet, probe through it
@@ -345,14 +350,60 @@ export class RedisStore implements Store, SharedOps {
     }
   }
 
+  // FCALL of the script's function in sluice's library, loading the library where it is missing
+  // (a new server, a restart without persistence, FUNCTION FLUSH, a new cluster node) and trying
+  // once more. On a server without Functions (Redis < 7): EVALSHA from then on.
+  private async call(client: RedisClient, script: ScriptName, numKeys: number, args: Arg[]): Promise<unknown> {
+    if (this.functions) {
+      try {
+        return await send(client, 'fcall', this.scripts.functions[script], numKeys, args);
+      } catch (err) {
+        const message = err instanceof Error ? err.message : '';
+        if (/unknown command/i.test(message)) this.functions = false;
+        else if (!/function not found/i.test(message)) throw err;
+        else {
+          await this.loadLibrary(client);
+          if (this.functions) return send(client, 'fcall', this.scripts.functions[script], numKeys, args);
+        }
+      }
+    }
+    return this.evalsha(client, script, numKeys, args);
+  }
+
+  // FUNCTION LOAD of the library on this connection's server, or on every primary of a cluster
+  // (the function is looked for on the node that owns the keys). A library already there is fine.
+  private loadLibrary(client: RedisClient): Promise<void> {
+    let pending = this.loading.get(client);
+    if (pending === undefined) {
+      const targets: Redis[] = this.options.cluster ? (client as Cluster).nodes('master') : [client as Redis];
+      pending = Promise.all(
+        targets.map((node) =>
+          node.call('FUNCTION', 'LOAD', this.scripts.library).catch((err: unknown) => {
+            const message = err instanceof Error ? err.message : String(err);
+            if (/already exists/i.test(message)) return;
+            if (/unknown command|unknown subcommand/i.test(message)) {
+              this.functions = false;
+              return;
+            }
+            throw err;
+          }),
+        ),
+      )
+        .then(() => undefined)
+        .finally(() => this.loading.delete(client));
+      this.loading.set(client, pending);
+    }
+    return pending;
+  }
+
   // EVALSHA, reloading on NOSCRIPT. ioredis re-sends once, but a second flush (or failover) can
   // land between its reload and the retry; then EVAL with the whole script, which cannot miss.
-  private async call(client: RedisClient, script: ScriptName, numKeys: number, args: Arg[]): Promise<unknown> {
+  private async evalsha(client: RedisClient, script: ScriptName, numKeys: number, args: Arg[]): Promise<unknown> {
     try {
       return await send(client, COMMAND[script], numKeys, args);
     } catch (err) {
       if (!(err instanceof Error) || !err.message.includes('NOSCRIPT')) throw err;
-      return send(client, 'eval', this.scripts[script], numKeys, args);
+      return send(client, 'eval', this.scripts.eval[script], numKeys, args);
     }
   }
 
@@ -366,20 +417,9 @@ export class RedisStore implements Store, SharedOps {
     args.push(options.countDeniedHits ? '1' : '0', this.time(), scope);
     for (const c of checks) args.push(c.algorithm, c.limit, c.periodMs, c.burst, c.hits, c.mode);
     const reply = (await this.run(scope === 'peek' ? 'peek' : 'decide', 'decide', checks.length, args)) as unknown[];
-    const outcomes = checks.map((_, j) => {
-      const f = reply.slice(2 + j * FIELDS, 2 + (j + 1) * FIELDS);
-      return {
-        allowed: f[0] === 1,
-        consumed: f[1] === 1,
-        remaining: num(f[2]),
-        resetMs: num(f[3]),
-        retryAfterMs: num(f[4]),
-        usedBefore: num(f[5]),
-        remainingBefore: num(f[6]),
-        resetBefore: num(f[7]),
-      };
-    });
-    return { checks: idx, admitted: reply[0] === 1, now: Number(reply[1]), outcomes };
+    const now = replyTime(reply[1]);
+    const outcomes = checks.map((c, j) => outcomeFrom(c, reply[2 + j * FIELDS] as number, reply[3 + j * FIELDS], now));
+    return { checks: idx, admitted: reply[0] === 1, now, outcomes };
   }
 
   // The request rule across slot groups. A denial never waits for (or fails because of) giving
@@ -400,6 +440,41 @@ export class RedisStore implements Store, SharedOps {
     }
     return { admitted, outcomes: outcomes.map(strip), storeTimeMs: latest(groups) };
   }
+}
+
+// The decide script's time: whole microseconds of Redis' clock, or a test's explicit time in ms
+// (a string). See clock() in lua/algorithms.lua.
+function replyTime(raw: unknown): number {
+  return typeof raw === 'string' ? Number(raw) : (raw as number) / 1000;
+}
+
+// A counter's state as the scripts store it ("a:b[:c]", numbers exact: see lua/algorithms.lua).
+export function decodeState(raw: unknown): State | undefined {
+  if (raw === null || raw === undefined) return undefined;
+  return String(raw).split(':').map(Number);
+}
+
+// What the script decided for one limit (`flags`: 1 allowed, 2 consumed), and what follows from
+// the counter's state before and the script's time: the same view and decide functions as the
+// memory store's, so both stores answer alike.
+function outcomeFrom(c: LimitCheck, flags: number, raw: unknown, now: number): LimitOutcome & { remainingBefore: number; resetBefore: number } {
+  const impl = ALGORITHM_IMPLS[c.algorithm];
+  const before = decodeState(raw);
+  const allowed = (flags & 1) === 1;
+  const consumed = (flags & 2) === 2;
+  const verdict = impl.decide(before, c, c.hits, now);
+  const was = impl.view(before, c, now);
+  const after = consumed ? impl.view(verdict.next, c, now) : was;
+  return {
+    allowed,
+    consumed,
+    remaining: after.remaining,
+    resetMs: after.resetMs,
+    retryAfterMs: allowed ? 0 : verdict.retryAfterMs,
+    usedBefore: was.used,
+    remainingBefore: was.remaining,
+    resetBefore: was.resetMs,
+  };
 }
 
 // What the groups consumed, as refunds (each at its own group's Redis time).

@@ -440,8 +440,9 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
   }
 }
 
-// Lua script calls (EVALSHA and EVAL) a node has served so far, from INFO commandstats.
+// Lua calls (FCALL of sluice's functions, EVALSHA and EVAL on servers without Functions) a node
+// has served so far, from INFO commandstats.
 export async function scriptCalls(node: RedisNode): Promise<number> {
   const stats = await node.cli('INFO', 'commandstats');
-  return [...stats.matchAll(/cmdstat_(?:evalsha|eval):calls=(\d+)/g)].reduce((a, m) => a + Number(m[1]), 0);
+  return [...stats.matchAll(/cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/g)].reduce((a, m) => a + Number(m[1]), 0);
 }
