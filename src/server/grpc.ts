@@ -1,7 +1,4 @@
-import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import * as protoLoader from '@grpc/proto-loader';
-import { ReflectionService } from '@grpc/reflection';
 import {
   type HealthCheckRequest,
   HealthCheckResponse_ServingStatus as PbServing,
@@ -15,9 +12,8 @@ import type { RequestBounds } from '../service/request';
 import { decodeRequest } from '../service/request-wire';
 import { HEALTH_SERVICES, type HealthState } from './health';
 import type { Metrics } from './metrics';
+import { addReflection } from './reflection';
 import { failureLog, mapError } from './status';
-
-export const PROTO_DIR = path.resolve(__dirname, '../../../proto');
 
 function pbServing(health: HealthState, service: string): PbServing {
   if (!(HEALTH_SERVICES as readonly string[]).includes(service)) return PbServing.SERVICE_UNKNOWN;
@@ -94,10 +90,7 @@ export function createGrpcServer(deps: { service: RateLimitService; health: Heal
     },
   });
   server.addService(HealthService, healthImpl(health));
-  const definition = protoLoader.loadSync(['envoy/service/ratelimit/v3/rls.proto', 'grpc/health/v1/health.proto'], {
-    includeDirs: [PROTO_DIR],
-  });
-  new ReflectionService(definition).addToServer(server);
+  addReflection(server, [RateLimitServiceService, HealthService]);
   return server;
 }
 
