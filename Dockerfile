@@ -9,15 +9,15 @@ COPY tsconfig.json ./
 COPY src ./src
 RUN npm run build
 
-# Runtime: production dependencies and what package.json publishes (dist/src, proto, lua, examples).
+# Runtime: production dependencies, the compiled code (with the descriptor set reflection serves),
+# the Redis scripts and the examples.
 FROM node:20-alpine AS runtime
 ENV NODE_ENV=production
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev && npm cache clean --force
 COPY --from=build /app/dist/src ./dist/src
-# Read at run time: the gRPC reflection protos and the Redis scripts.
-COPY proto ./proto
+# Read at run time: the Redis scripts.
 COPY lua ./lua
 COPY examples ./examples
 # A config to start with; mount yours over /etc/sluice.
