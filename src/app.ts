@@ -10,7 +10,7 @@ import { ADMIN_ROUTES, createHttpServer, type HttpServerOptions, listenHttp, MAI
 import { grpcCredentials, type ServerTls, serverTls } from './server/tls';
 import { ConfigWatcher } from './config/watcher';
 import { Metrics } from './server/metrics';
-import { describeSettings, type Settings } from './settings';
+import { describeSettings, redactRedisUrl, type Settings } from './settings';
 import { MemoryStore } from './store/memory';
 import { storeEvents } from './server/store-events';
 import { createRedisStack, redisStackOptions } from './store/compose';
@@ -73,7 +73,7 @@ function createMemoryStore(settings: Settings, metrics: Metrics, logger: Logger,
 }
 
 export function createApp(settings: Settings, options: AppOptions = {}): App {
-  const logger = options.logger ?? createLogger(settings.logLevel);
+  const logger = options.logger ?? createLogger(settings.logLevel, undefined, { format: settings.logFormat });
   const metrics = new Metrics({ defaultMetrics: true });
   const store = options.store ?? createStore(settings, metrics, logger, options.clock);
   const health = new HealthState(() => store.ready(), () => store.degraded?.());
@@ -88,6 +88,7 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       if (ok) metrics.configLoadTimestamp.setToCurrentTime();
       // Cached denials and leases were derived from the old limits.
       if (ok) store.configChanged?.();
+      health.setConfigRejected(config.rejection);
       health.setConfigLoaded(config.config !== undefined);
     },
   });
@@ -129,9 +130,10 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       httpServers.push(main, admin);
       const httpPort = await listenHttp(main, settings.host, settings.httpPort);
       const adminPort = await listenHttp(admin, settings.adminHost, settings.adminPort);
+      const ports = { grpcPort, httpPort, adminPort, httpTls: httpTls !== undefined };
       logger.info(
         { event: 'listening', grpcPort, httpPort, adminPort, tls: settings.grpcTls, httpTls: httpTls !== undefined, store: store.kind, health: health.status },
-        'sluice listening',
+        listeningLine(settings, ports, config),
       );
       return { grpcPort, httpPort, adminPort };
     },
@@ -149,6 +151,20 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       logger.info({ event: 'stopped' }, 'sluice stopped');
     },
   };
+}
+
+// One line a person can read: where each listener is, the store, the config.
+// e.g. "sluice listening: gRPC 0.0.0.0:8081, HTTP 0.0.0.0:8080, admin 127.0.0.1:6070, store memory, config examples/config (1 domain)"
+function listeningLine(s: Settings, p: { grpcPort: number; httpPort: number; adminPort: number; httpTls: boolean }, config: ConfigHolder): string {
+  const store = s.store === 'redis' ? `store redis ${redactRedisUrl(s.redisUrl)}${s.redisType === 'single' ? '' : ` (${s.redisType})`}` : 'store memory';
+  const domains = config.config?.domains.size;
+  const errors = config.rejection?.errors.length ?? 0;
+  const loaded = domains === undefined ? `not loaded: ${errors} error(s)` : `${domains} domain${domains === 1 ? '' : 's'}`;
+  return (
+    `sluice listening: gRPC ${s.grpcHost}:${p.grpcPort}${s.grpcTls ? ' (TLS)' : ''}, ` +
+    `HTTP ${s.host}:${p.httpPort}${p.httpTls ? ' (TLS)' : ''}, admin ${s.adminHost}:${p.adminPort}, ` +
+    `${store}, config ${s.configPaths.join(', ')} (${loaded})`
+  );
 }
 
 function httpOptions(s: Settings): HttpServerOptions {

@@ -1,4 +1,4 @@
-import { loadConfig, type LoadResult } from './config/load';
+import { loadConfig, type LoadResult, warningMessage } from './config/load';
 import { ConfigError } from './errors';
 import { loadSettings, SETTINGS, type Settings } from './settings';
 
@@ -61,14 +61,17 @@ export function runCheck(args: readonly string[], out: NodeJS.WritableStream, er
   try {
     result = loadConfig(paths, { mergeDomains: settings.mergeDomainConfig, limits });
   } catch (e) {
-    result = { errors: [new ConfigError(paths.join(', '), `error loading config: ${(e as Error)?.message ?? String(e)}`)] };
+    result = { errors: [new ConfigError(paths.join(', '), `error loading config: ${(e as Error)?.message ?? String(e)}`)], warnings: [] };
   }
-  const { config, errors } = result;
+  const { config, errors, warnings } = result;
   for (const e of errors) err.write(`${e.message}\n`);
+  for (const w of warnings) err.write(`${warningMessage(w)}\n`);
+  const warned = warnings.length === 0 ? '' : `, ${warnings.length} warning(s)`;
   if (config === undefined) {
-    err.write(`sluice check: ${errors.length} error(s)\n`);
+    err.write(`sluice check: ${errors.length} error(s)${warned}\n`);
     return 1;
   }
-  out.write(`OK: ${config.files.length} file(s), domains: ${[...config.domains.keys()].join(', ')}\n`);
+  out.write(`OK: ${config.files.length} file(s), domains: ${[...config.domains.keys()].join(', ')}${warned}\n`);
   return 0;
 }
+

@@ -1,15 +1,31 @@
 import pino, { type Logger } from 'pino';
-import type { LogLevel } from './settings';
+import pinoPretty from 'pino-pretty';
+import type { LogFormat, LogLevel } from './settings';
 
 export type { Logger };
 
-// JSON lines on stdout: one per startup and config event, request lines at debug.
-export function createLogger(level: LogLevel, destination?: pino.DestinationStream): Logger {
-  const options: pino.LoggerOptions = {
+export interface LoggerOptions {
+  // json (the default: one JSON object per line, for log collectors) or pretty (for a person at a
+  // terminal: time, level and message on one line, colours when the terminal has them).
+  format?: LogFormat;
+}
+
+// Fields a person reading the pretty lines does not need: the start-up settings dump is the same
+// as GET /settings on the admin port, and the message already says what `event` and `warning` say.
+const PRETTY_IGNORE = 'pid,hostname,service,event,settings,warning';
+
+// Log lines on stdout: one per startup and config event, request lines at debug.
+export function createLogger(level: LogLevel, destination?: pino.DestinationStream, options: LoggerOptions = {}): Logger {
+  const pinoOptions: pino.LoggerOptions = {
     level,
     base: { service: 'sluice' },
     timestamp: pino.stdTimeFunctions.isoTime,
     formatters: { level: (label) => ({ level: label }) },
   };
-  return destination === undefined ? pino(options) : pino(options, destination);
+  if (options.format === 'pretty') {
+    // In this thread and synchronous (no worker transport): the last lines before an exit are kept.
+    const pretty = pinoPretty({ destination: destination ?? 1, sync: true, ignore: PRETTY_IGNORE, singleLine: true, translateTime: 'SYS:HH:MM:ss.l' });
+    return pino(pinoOptions, pretty);
+  }
+  return destination === undefined ? pino(pinoOptions) : pino(pinoOptions, destination);
 }

@@ -6,6 +6,7 @@ import type { HashTagPolicy } from './keys';
 // a Settings object. Precedence: flag > environment (sluice's name, then upstream's) > default.
 
 export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
+export type LogFormat = 'json' | 'pretty';
 
 export interface Settings {
   configPaths: string[];
@@ -33,6 +34,7 @@ export interface Settings {
   shutdownDelayMs: number;
   drainTimeoutMs: number;
   logLevel: LogLevel;
+  logFormat: LogFormat;
   // Request bounds (service/request.ts): over one, a request is refused with INVALID_ARGUMENT.
   maxDescriptors: number;
   maxDescriptorEntries: number;
@@ -104,7 +106,7 @@ interface Spec {
 export const SETTINGS: readonly Spec[] = [
   { key: 'configPaths', flag: 'config', env: ['CONFIG_PATH'], kind: 'list', def: [], help: 'config file or directory; repeat the flag or separate with commas' },
   { key: 'host', flag: 'host', env: ['HOST'], kind: 'string', def: '0.0.0.0', help: 'HTTP listen address' },
-  { key: 'httpPort', flag: 'http-port', env: ['HTTP_PORT', 'PORT'], kind: 'port', def: 8080, help: 'HTTP port (/json, /healthcheck, /rlconfig, /metrics)' },
+  { key: 'httpPort', flag: 'http-port', env: ['HTTP_PORT', 'PORT'], kind: 'port', def: 8080, help: 'HTTP port (/json, /healthcheck, /readyz, /livez, /metrics; /rlconfig is on the admin port)' },
   { key: 'grpcHost', flag: 'grpc-host', env: ['GRPC_HOST'], kind: 'string', def: '0.0.0.0', help: 'gRPC listen address' },
   { key: 'grpcPort', flag: 'grpc-port', env: ['GRPC_PORT'], kind: 'port', def: 8081, help: 'gRPC port (RLS, health, reflection)' },
   { key: 'adminHost', flag: 'admin-host', env: ['ADMIN_HOST', 'DEBUG_HOST'], kind: 'string', def: '127.0.0.1', help: 'admin listen address (/rlconfig, /explain, /settings); localhost unless you open it' },
@@ -126,6 +128,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'shutdownDelayMs', flag: 'shutdown-delay', env: ['SHUTDOWN_DELAY'], kind: 'duration', def: 0, help: 'on SIGTERM, keep serving this long with health NOT_SERVING so load balancers drain' },
   { key: 'drainTimeoutMs', flag: 'drain-timeout', env: ['DRAIN_TIMEOUT'], kind: 'duration', def: 10_000, help: 'on SIGTERM, longest wait for in-flight calls before closing' },
   { key: 'logLevel', flag: 'log-level', env: ['LOG_LEVEL'], kind: 'enum', def: 'info', choices: ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'], help: 'log level; request lines are logged at debug' },
+  { key: 'logFormat', flag: 'log-format', env: ['LOG_FORMAT'], kind: 'enum', def: 'json', choices: ['json', 'pretty'], help: "json (one object per line, for log collectors) or pretty (one readable line per event, for a terminal); upstream's `text` means pretty" },
   { key: 'maxDescriptors', flag: 'max-descriptors', env: ['MAX_DESCRIPTORS'], kind: 'int', def: 256, help: 'most descriptors in one request (Envoy sends one per matching rate_limits entry: a handful); more is refused with INVALID_ARGUMENT (HTTP 400) before any counter is touched' },
   { key: 'maxDescriptorEntries', flag: 'max-descriptor-entries', env: ['MAX_DESCRIPTOR_ENTRIES'], kind: 'int', def: 32, help: 'most entries in one descriptor (one per action of a rate_limits entry); more is refused with INVALID_ARGUMENT' },
   { key: 'maxValueBytes', flag: 'max-value-bytes', env: ['MAX_VALUE_BYTES'], kind: 'int', def: 65_536, help: "longest domain, entry key or entry value, in UTF-8 bytes; longer is refused with INVALID_ARGUMENT. Above Envoy's default 60 KiB request-header limit, so no header value Envoy forwards is refused: raise it with Envoy's max_request_headers_kb" },
@@ -186,6 +189,12 @@ export class SettingsError extends Error {
   }
 }
 
+// Other names a value is known by: upstream's LOG_LEVEL=warning, LOG_FORMAT=text (its default).
+const ENUM_ALIASES: Partial<Record<keyof Settings, Record<string, string>>> = {
+  logLevel: { warning: 'warn' },
+  logFormat: { text: 'pretty' },
+};
+
 const TRUE = new Set(['1', 'true', 'yes', 'on']);
 const FALSE = new Set(['0', 'false', 'no', 'off', '']);
 
@@ -230,7 +239,7 @@ function parseValue(spec: Spec, raw: string, origin: string): unknown {
       }
     }
     case 'enum': {
-      const v = raw.toLowerCase() === 'warning' ? 'warn' : raw.toLowerCase();
+      const v = ENUM_ALIASES[spec.key]?.[raw.toLowerCase()] ?? raw.toLowerCase();
       if (!spec.choices?.includes(v)) return bad(`expected one of ${spec.choices?.join(', ')}`);
       return v;
     }

@@ -6,7 +6,11 @@ import { describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { RateLimitServiceClient, RateLimitResponse_Code as Code } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { callRls, d } from './support/app';
-import { REPO, runCli, spawnServer } from './support/process';
+import readline from 'node:readline';
+import { spawn } from 'node:child_process';
+import { usage } from '../src/cli';
+import { loadSettings } from '../src/settings';
+import { MAIN, REPO, runCli, spawnServer } from './support/process';
 
 const BAD = path.join(REPO, 'test/fixtures/config/bad');
 // Fixtures whose error needs another file loaded first.
@@ -102,6 +106,67 @@ describe('sluice serve (spawned process)', () => {
     const unknown = await runCli(['serve', '--nope']);
     assert.match(unknown.stderr, /unknown flag --nope/);
   });
+});
+
+describe('logs for a person', () => {
+  test('LOG_FORMAT=pretty: one readable line per event from a real process, the listening line among them', async () => {
+    const child = spawn(process.execPath, [MAIN, 'serve', '--config', 'examples/config', '--grpc-port', '0', '--http-port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1'], {
+      cwd: REPO,
+      env: { PATH: process.env.PATH, LOG_FORMAT: 'pretty', NO_COLOR: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const lines: string[] = [];
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    const listening = await new Promise<RegExpExecArray>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no listening line: ${lines.join('\n')}`)), 10_000);
+      readline.createInterface({ input: child.stdout }).on('line', (line) => {
+        lines.push(line);
+        const m = /sluice listening: gRPC 127\.0\.0\.1:(\d+), HTTP 127\.0\.0\.1:(\d+), admin 127\.0\.0\.1:(\d+), store memory, config examples\/config \(1 domain\)/.exec(line);
+        if (m !== null) (clearTimeout(timer), resolve(m));
+      });
+    });
+    try {
+      assert.equal((await fetch(`http://127.0.0.1:${listening[2]}/healthcheck`)).status, 200);
+      assert.equal((await fetch(`http://127.0.0.1:${listening[3]}/rlconfig`)).status, 200);
+    } finally {
+      child.kill('SIGTERM');
+    }
+    assert.equal(await exited, 0);
+    for (const line of lines) {
+      assert.throws(() => JSON.parse(line), SyntaxError, `not JSON: ${line}`);
+      assert.match(line, /^\[\d\d:\d\d:\d\d\.\d{3}\] (INFO|WARN): \S/, line);
+    }
+    assert.match(lines[0], /\] INFO: sluice starting$/, 'the settings dump stays out of the pretty lines');
+    assert.match(lines.at(-1)!, /\] INFO: sluice stopped$/, 'the last line is written before the exit');
+  });
+
+  test('the JSON start-up record carries the same listening line as its message', async () => {
+    const server = await spawnServer(['--config', 'examples/config']);
+    try {
+      const listening = await server.waitForLog((l) => l.event === 'listening');
+      assert.equal(
+        listening.msg,
+        `sluice listening: gRPC 127.0.0.1:${server.grpcPort}, HTTP 127.0.0.1:${server.httpPort}, admin 127.0.0.1:${server.adminPort}, store memory, config examples/config (1 domain)`,
+      );
+      assert.equal(server.logs.find((l) => l.event === 'starting')?.msg, 'sluice starting');
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test("LOG_FORMAT: json (default) or pretty; upstream's text means pretty", () => {
+    assert.equal(loadSettings([], {}).logFormat, 'json');
+    assert.equal(loadSettings([], { LOG_FORMAT: 'text' }).logFormat, 'pretty');
+    assert.equal(loadSettings(['--log-format', 'PRETTY'], {}).logFormat, 'pretty');
+    assert.throws(() => loadSettings([], { LOG_FORMAT: 'xml' }), /LOG_FORMAT: expected one of json, pretty, got 'xml'/);
+  });
+});
+
+test('--help puts each endpoint on the listener that serves it', () => {
+  const help = usage().split('\n');
+  const line = (flag: string) => help.find((l) => l.startsWith(`  --${flag} `)) ?? '';
+  assert.match(line('http-port'), /\/json, \/healthcheck, \/readyz, \/livez, \/metrics; \/rlconfig is on the admin port/);
+  assert.match(line('admin-host'), /\/rlconfig, \/explain, \/settings/);
 });
 
 test('README lists every setting', () => {

@@ -63,7 +63,10 @@ test('the same domain in two files is an error unless merging', () => {
   const strict = loadConfig(files, { mergeDomains: false });
   assert.deepEqual(
     strict.errors.map((e) => e.message),
-    [`${files[1]}:1: duplicate domain 'merged' in config file`],
+    [
+      `${files[1]}:1: duplicate domain 'merged' in config file (already declared in ${files[0]}:1): ` +
+        'one file per domain, or pass --merge-domain-config (MERGE_DOMAIN_CONFIG=true) to merge their descriptors',
+    ],
   );
   const merged = loadConfig(files, { mergeDomains: true });
   assert.deepEqual(merged.errors, []);
@@ -95,7 +98,7 @@ test('dumpConfig prints one upstream-style line per rule, with our extensions wh
   const flags = 'shadow_mode: false, quota_mode: false';
   assert.equal(lines[0], `test-domain.key1_value1.subkey1: unit=SECOND requests_per_unit=5, ${flags}`);
   assert.equal(lines[1], `test-domain.key1_value1.subkey1_subvalue1: unit=SECOND requests_per_unit=10, ${flags}`);
-  assert.ok(lines.includes(`test-domain.key6: unit=UNKNOWN requests_per_unit=0, ${flags}`));
+  assert.ok(lines.includes(`test-domain.key6: unlimited, ${flags}`));
   assert.ok(lines.includes(`ext-domain.tb: unit=SECOND requests_per_unit=10, ${flags}, algorithm=token_bucket period=1s burst=50`));
   assert.ok(lines.includes(`ext-domain.multiplied: unit=MINUTE requests_per_unit=100, ${flags}, algorithm=fixed_window period=300s`));
   assert.ok(lines.includes(`ext-domain.short_window: unit=SECOND requests_per_unit=3, ${flags}, algorithm=fixed_window period=0.5s`));

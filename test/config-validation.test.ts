@@ -9,12 +9,14 @@ const FIXTURES = path.resolve(__dirname, '../../test/fixtures/config');
 const BAD = path.join(FIXTURES, 'bad');
 const GOOD = path.join(FIXTURES, 'good');
 
-const VALID_ALGORITHMS = 'fixed_window, sliding_window, token_bucket, gcra';
+const VALID_ALGORITHMS = 'valid: fixed_window, sliding_window, token_bucket, gcra';
+const VALID_UNITS = 'valid: second, minute, hour, day, week, month, year';
+const MERGE_HINT = 'one file per domain, or pass --merge-domain-config (MERGE_DOMAIN_CONFIG=true) to merge their descriptors';
 const NOT_A_DURATION = 'expected one like "500ms", "30s", "5m", "1h", "2d", "1w" or "1h30m"';
 
 // fixture → the [line, detail] of every error it must produce, in order.
 const BAD_CASES: Record<string, [number | undefined, string][]> = {
-  'yaml_syntax.yaml': [[2, "error loading config file: Missing closing 'quote"]],
+  'yaml_syntax.yaml': [[1, "YAML syntax error at column 1: the string opened here with ' is never closed (no matching ' before the end of the file)"]],
   'bad_lease.yaml': [
     [7, "'lease' must be a map {size: N}, got '5'"],
     [12, "'size' must be a positive integer, got '0'"],
@@ -28,7 +30,7 @@ const BAD_CASES: Record<string, [number | undefined, string][]> = {
     [1, "error loading config file: the top level must be a map with 'domain' and 'descriptors', got a list"],
   ],
   'empty_domain.yaml': [[undefined, 'config file cannot have empty domain']],
-  'duplicate_domain.yaml': [[2, "duplicate domain 'test-domain' in config file"]],
+  'duplicate_domain.yaml': [[2, `duplicate domain 'test-domain' in config file (already declared in ${path.join(GOOD, 'basic.yaml')}:2): ${MERGE_HINT}`]],
   'empty_key.yaml': [[3, 'descriptor has empty key']],
   'duplicate_key.yaml': [
     [9, "duplicate descriptor composite key 'd.key1.sub_x*'"],
@@ -36,8 +38,8 @@ const BAD_CASES: Record<string, [number | undefined, string][]> = {
     [13, "duplicate descriptor composite key 'd.key1'"],
   ],
   'unknown_key.yaml': [
-    [5, "config error, unknown key 'ratelimit'"],
-    [11, "config error, unknown key 'requestsperunit'"],
+    [5, "config error, unknown key 'ratelimit' (did you mean 'rate_limit'?)"],
+    [11, "config error, unknown key 'requestsperunit' (did you mean 'requests_per_unit'?)"],
     [16, "config error, unknown key 'shadow_mode' (allowed only in a descriptor)"],
   ],
   'non_string_key.yaml': [
@@ -48,7 +50,7 @@ const BAD_CASES: Record<string, [number | undefined, string][]> = {
     [3, 'config error, yaml file contains list of type other than map: a'],
     [9, 'config error, yaml file contains list of type other than map: just-a-name'],
   ],
-  'bad_unit.yaml': [[6, "invalid rate limit unit 'foo'"]],
+  'bad_unit.yaml': [[6, `invalid rate limit unit 'foo' (${VALID_UNITS})`]],
   'unlimited_with_unit.yaml': [[6, 'should not specify rate limit unit when unlimited']],
   'replaces_empty.yaml': [[9, 'should not have an empty replaces entry']],
   'replaces_self.yaml': [[8, 'replaces should not contain name of same descriptor']],
@@ -81,7 +83,7 @@ const BAD_CASES: Record<string, [number | undefined, string][]> = {
     [6, "'unit' must be a string, got a list"],
   ],
   'unknown_algorithm.yaml': [
-    [5, `invalid rate limit algorithm 'leaky_bucket', expected one of: ${VALID_ALGORITHMS}`],
+    [5, `invalid rate limit algorithm 'leaky_bucket' (${VALID_ALGORITHMS})`],
   ],
   'burst_without_bucket.yaml': [
     [7, "'burst' only applies to algorithm token_bucket or gcra, not fixed_window"],
@@ -98,16 +100,16 @@ const BAD_CASES: Record<string, [number | undefined, string][]> = {
   ],
   'window_and_multiplier.yaml': [[7, "'window' and 'unit_multiplier' are mutually exclusive"]],
   'missing_unit.yaml': [
-    [4, "invalid rate limit unit '': a rate_limit needs 'unit' or 'window' (or 'unlimited: true')"],
+    [4, "invalid rate limit unit '': a rate_limit needs 'unit' (second, minute, hour, day, week, month, year) or 'window' (or 'unlimited: true')"],
   ],
   'unlimited_with_extension.yaml': [
     [6, "should not specify 'window' when unlimited"],
     [7, "should not specify 'algorithm' when unlimited"],
   ],
   'many_errors.yaml': [
-    [6, "invalid rate limit unit 'fortnight'"],
+    [6, `invalid rate limit unit 'fortnight' (${VALID_UNITS})`],
     [8, 'descriptor has empty key'],
-    [15, `invalid rate limit algorithm 'nope', expected one of: ${VALID_ALGORITHMS}`],
+    [15, `invalid rate limit algorithm 'nope' (${VALID_ALGORITHMS})`],
     [16, "duplicate descriptor composite key 'd.b.c'"],
   ],
   // Config that would take the process down or stall it (issue 9, item 2).
@@ -155,10 +157,10 @@ test('errors of several files are all collected, in load order', () => {
   assert.deepEqual(
     result.errors.map((e) => [path.basename(e.file), e.line, e.detail]),
     [
-      ['bad_unit.yaml', 6, "invalid rate limit unit 'foo'"],
-      ['empty_key.yaml', 1, "duplicate domain 'd' in config file"],
+      ['bad_unit.yaml', 6, `invalid rate limit unit 'foo' (${VALID_UNITS})`],
+      ['empty_key.yaml', 1, `duplicate domain 'd' in config file (already declared in ${files[0]}:1): ${MERGE_HINT}`],
       ['empty_key.yaml', 3, 'descriptor has empty key'],
-      ['replaces_self.yaml', 1, "duplicate domain 'd' in config file"],
+      ['replaces_self.yaml', 1, `duplicate domain 'd' in config file (already declared in ${files[0]}:1): ${MERGE_HINT}`],
       ['replaces_self.yaml', 8, 'replaces should not contain name of same descriptor'],
     ],
   );

@@ -2,6 +2,7 @@ import { ConfigError } from '../errors';
 import { ALGORITHMS, UNITS, UNIT_SECONDS, type Algorithm, type Unit } from '../model';
 import { parseDuration } from './duration';
 import type { RawConfigFile, RawDescriptor, RawRateLimit } from './parse';
+import { validChoices } from './suggest';
 import type { CompiledConfig, DescriptorNode, KeyBranch, RateLimitRule } from './types';
 
 export interface CompileOptions {
@@ -13,7 +14,12 @@ export interface CompileResult {
   // Always built; only meaningful when `errors` is empty.
   config: CompiledConfig;
   errors: ConfigError[];
+  // Accepted (upstream accepts them too) but almost certainly not what was meant.
+  warnings: ConfigError[];
 }
+
+// Where each domain was first declared, for the error about a second declaration.
+type DomainOrigins = Map<string, { file: string; line?: number }>;
 
 interface Timing {
   unit: Unit;
@@ -60,14 +66,21 @@ function attach(level: DescriptorNode, key: string, value: string, node: Descrip
   return true;
 }
 
+const VALID_UNITS = UNITS.join(', ');
+
 class FileCompiler {
   constructor(
-    private readonly file: string,
+    readonly file: string,
     private readonly errors: ConfigError[],
+    private readonly warnings: ConfigError[],
   ) {}
 
   error(detail: string, line?: number): void {
     this.errors.push(new ConfigError(this.file, detail, line));
+  }
+
+  warn(detail: string, line?: number): void {
+    this.warnings.push(new ConfigError(this.file, detail, line));
   }
 
   loadLevel(level: DescriptorNode, parentKey: string, descriptors: RawDescriptor[]): void {
@@ -102,6 +115,7 @@ class FileCompiler {
     const algorithm = this.algorithm(rl);
     const ipPrefix = this.ipPrefix(rl);
     if (timing === undefined || algorithm === undefined || this.errors.length > before) return undefined;
+    if (!rl.unlimited && !rl.requestsPerUnitGiven) this.warnNoRequests(rl, timing.unit, fullKey);
     return {
       fullKey,
       name: rl.name,
@@ -120,6 +134,17 @@ class FileCompiler {
       metadata: d.metadata,
       source: { file: this.file, line: d.line },
     };
+  }
+
+  // envoyproxy/ratelimit accepts a rate_limit without requests_per_unit (the limit is then 0, so
+  // every request is denied), and so does sluice, loudly: `sluice check` prints this and every load
+  // logs it. `requests_per_unit: 0` written out is taken as meant and not warned about.
+  private warnNoRequests(rl: RawRateLimit, unit: Unit, fullKey: string): void {
+    const detail =
+      `rate_limit of '${fullKey}' has no 'requests_per_unit': its limit is 0 per ${unit}, so it denies every request ` +
+      `(accepted, as envoyproxy/ratelimit does); set requests_per_unit, or 'unlimited: true' to never limit, ` +
+      `or 'requests_per_unit: 0' to say that denying everything is meant`;
+    this.warn(detail, rl.line);
   }
 
   private ipPrefix(rl: RawRateLimit): { v4: number; v6: number } | undefined {
@@ -151,12 +176,13 @@ class FileCompiler {
   private timing(rl: RawRateLimit): Timing | undefined {
     const unit = parseUnit(rl.unit);
     if (rl.unit !== '' && unit === undefined) {
-      this.error(`invalid rate limit unit '${rl.unit}'`, rl.lines.unit);
+      this.error(`invalid rate limit unit '${rl.unit}'${validChoices(rl.unit, UNITS)}`, rl.lines.unit);
       return undefined;
     }
     if (rl.window === undefined) {
       if (unit === undefined) {
-        this.error(`invalid rate limit unit '': a rate_limit needs 'unit' or 'window' (or 'unlimited: true')`, rl.line);
+        const detail = `invalid rate limit unit '': a rate_limit needs 'unit' (${VALID_UNITS}) or 'window' (or 'unlimited: true')`;
+        this.error(detail, rl.line);
         return undefined;
       }
       return { unit, periodMs: UNIT_SECONDS[unit] * 1000 * (rl.unitMultiplier ?? 1) };
@@ -189,8 +215,7 @@ class FileCompiler {
     const lower = rl.algorithm.toLowerCase();
     const algorithm = ALGORITHMS.find((a) => a === lower);
     if (algorithm === undefined) {
-      const valid = ALGORITHMS.join(', ');
-      this.error(`invalid rate limit algorithm '${rl.algorithm}', expected one of: ${valid}`, rl.lines.algorithm);
+      this.error(`invalid rate limit algorithm '${rl.algorithm}'${validChoices(rl.algorithm, ALGORITHMS)}`, rl.lines.algorithm);
       return undefined;
     }
     this.checkBurst(rl, algorithm);
@@ -207,7 +232,7 @@ class FileCompiler {
 
 // The root node the file's descriptors go under: a new or (when merging) existing domain, or a
 // detached node when the domain is unusable, so the descriptors are still checked.
-function domainRoot(config: CompiledConfig, raw: RawConfigFile, opts: CompileOptions, c: FileCompiler): DescriptorNode {
+function domainRoot(config: CompiledConfig, origins: DomainOrigins, raw: RawConfigFile, opts: CompileOptions, c: FileCompiler): DescriptorNode {
   if (raw.domain === undefined) return newNode();
   if (raw.domain === '') {
     c.error('config file cannot have empty domain', raw.domainLine);
@@ -216,27 +241,35 @@ function domainRoot(config: CompiledConfig, raw: RawConfigFile, opts: CompileOpt
   const existing = config.domains.get(raw.domain);
   if (existing !== undefined) {
     if (opts.mergeDomains) return existing;
-    c.error(`duplicate domain '${raw.domain}' in config file`, raw.domainLine);
+    const first = origins.get(raw.domain);
+    const where = first === undefined ? '' : ` (already declared in ${first.file}${first.line === undefined ? '' : `:${first.line}`})`;
+    const detail =
+      `duplicate domain '${raw.domain}' in config file${where}: ` +
+      'one file per domain, or pass --merge-domain-config (MERGE_DOMAIN_CONFIG=true) to merge their descriptors';
+    c.error(detail, raw.domainLine);
     return newNode();
   }
   const root = newNode();
   config.domains.set(raw.domain, root);
+  origins.set(raw.domain, { file: c.file, line: raw.domainLine });
   return root;
 }
 
 export function compileConfig(files: RawConfigFile[], opts: CompileOptions): CompileResult {
   const config: CompiledConfig = { domains: new Map(), files: [] };
+  const origins: DomainOrigins = new Map();
   const errors: ConfigError[] = [];
+  const warnings: ConfigError[] = [];
   for (const raw of files) {
     config.files.push(raw.file);
-    const c = new FileCompiler(raw.file, errors);
+    const c = new FileCompiler(raw.file, errors, warnings);
     // A bug here must reject this config, never take the process down.
     try {
-      const root = domainRoot(config, raw, opts, c);
+      const root = domainRoot(config, origins, raw, opts, c);
       c.loadLevel(root, `${raw.domain ?? ''}.`, raw.descriptors);
     } catch (e) {
       c.error(`error compiling config file: ${(e as Error)?.message ?? String(e)}`);
     }
   }
-  return { config, errors };
+  return { config, errors, warnings };
 }

@@ -20,13 +20,11 @@ function extensions(rule: RateLimitRule): string {
   return `, algorithm=${rule.algorithm} period=${rule.periodMs / 1000}s${burst}`;
 }
 
-// Upstream's /rlconfig line; an unlimited rule has no unit there (UNKNOWN).
+// Upstream's /rlconfig line, except that an unlimited rule says so (upstream prints
+// `unit=UNKNOWN requests_per_unit=0`, which reads like a limit of 0).
 function line(rule: RateLimitRule): string {
-  const unit = rule.unlimited ? 'UNKNOWN' : rule.unit.toUpperCase();
-  return (
-    `${rule.fullKey}: unit=${unit} requests_per_unit=${rule.requestsPerUnit}, ` +
-    `shadow_mode: ${rule.shadowMode}, quota_mode: ${rule.quotaMode}${extensions(rule)}\n`
-  );
+  const limit = rule.unlimited ? 'unlimited' : `unit=${rule.unit.toUpperCase()} requests_per_unit=${rule.requestsPerUnit}`;
+  return `${rule.fullKey}: ${limit}, shadow_mode: ${rule.shadowMode}, quota_mode: ${rule.quotaMode}${extensions(rule)}\n`;
 }
 
 // Text for the HTTP /rlconfig endpoint: one line per rule, domains in load order, rules in the

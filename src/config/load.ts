@@ -10,6 +10,8 @@ export interface LoadResult {
   // Set only when there are no errors.
   config?: CompiledConfig;
   errors: ConfigError[];
+  // Accepted but suspicious (e.g. a rule without requests_per_unit); reported with or without errors.
+  warnings: ConfigError[];
 }
 
 export interface LoadOptions extends CompileOptions {
@@ -22,6 +24,12 @@ export interface ConfigSource {
 }
 
 const YAML_FILE = /\.ya?ml$/i;
+
+// `file:line: warning: ...`, as compilers print them (an error is `file:line: ...`).
+export function warningMessage(w: ConfigError): string {
+  const where = w.line === undefined ? w.file : `${w.file}:${w.line}`;
+  return `${where}: warning: ${w.detail}`;
+}
 
 // Names starting with '.' are skipped: editor swap files, and Kubernetes ConfigMap mounts, whose
 // `..data` / `..2024_…` directories hold the real files that the top-level symlinks point at (so
@@ -103,7 +111,9 @@ export function loadConfigSources(sources: ConfigSource[], opts: LoadOptions): L
   const compiled = compileConfig(raws, opts);
   errors.push(...compiled.errors);
   sortErrors(errors, sources);
-  return errors.length === 0 ? { config: compiled.config, errors } : { errors };
+  const warnings = compiled.warnings;
+  sortErrors(warnings, sources);
+  return errors.length === 0 ? { config: compiled.config, errors, warnings } : { errors, warnings };
 }
 
 // Reads at most `max` bytes: a file over the cap is refused without reading it, even one that
@@ -145,5 +155,6 @@ export function loadConfig(paths: string[], opts: LoadOptions): LoadResult {
   }
   const loaded = loadConfigSources(sources, opts);
   errors.push(...loaded.errors);
-  return errors.length === 0 ? { config: loaded.config, errors } : { errors };
+  const { warnings } = loaded;
+  return errors.length === 0 ? { config: loaded.config, errors, warnings } : { errors, warnings };
 }

@@ -2,6 +2,8 @@ import { LineCounter, isAlias, isMap, isScalar, isSeq, parseDocument } from 'yam
 import { ConfigError } from '../errors';
 import { type DocumentIndex, indexDocument, LimitError, LoadBudget, MAX_DESCRIPTOR_DEPTH, MAX_YAML_DEPTH } from './limits';
 import { toPlain } from './plain';
+import { didYouMean } from './suggest';
+import { yamlSyntaxErrors } from './yaml-errors';
 
 // One YAML config file, checked for keys and types but not yet for meaning (compile.ts does that).
 // Missing or null fields take upstream's zero values ('' / 0 / false), as yaml.v2 leaves them.
@@ -17,6 +19,8 @@ export interface RawRateLimit {
   broken: boolean;
   unit: string;
   requestsPerUnit: number;
+  // False when `requests_per_unit` is absent or null (the limit is then 0, as upstream has it).
+  requestsPerUnitGiven: boolean;
   unlimited: boolean;
   name: string;
   replaces: RawReplace[];
@@ -129,7 +133,8 @@ class Reader {
     const name = key.value;
     if (allowed.has(name)) return name;
     const home = KEY_HOMES.find(([set]) => set !== allowed && set.has(name));
-    this.error(`config error, unknown key '${name}'${home ? ` (allowed only ${home[1]})` : ''}`, this.lineOf(key));
+    const hint = home ? ` (allowed only ${home[1]})` : didYouMean(name, allowed) || ` (valid here: ${[...allowed].join(', ')})`;
+    this.error(`config error, unknown key '${name}'${hint}`, this.lineOf(key));
     return undefined;
   }
 
@@ -238,6 +243,7 @@ function readRateLimit(r: Reader, node: unknown, line: number | undefined): RawR
     broken: false,
     unit: r.str(f, 'unit') ?? '',
     requestsPerUnit: r.int(f, 'requests_per_unit', 0, `an integer from 0 to ${MAX_UINT32}`) ?? 0,
+    requestsPerUnitGiven: (f.get('requests_per_unit')?.node ?? null) !== null,
     unlimited: r.bool(f, 'unlimited'),
     name: r.str(f, 'name') ?? '',
     replaces: readReplaces(r, f),
@@ -345,10 +351,7 @@ function parseChecked(file: string, text: string, lc: LineCounter, budget: LoadB
       const detail = `config limit: YAML nested too deeply to parse (more than ${MAX_YAML_DEPTH} levels are refused)`;
       return { errors: [new ConfigError(file, detail, lc.linePos(overflow.pos[0]).line)] };
     }
-    const errors = doc.errors.map(
-      (e) => new ConfigError(file, `error loading config file: ${e.message}`, lc.linePos(e.pos[0]).line),
-    );
-    return { errors };
+    return { errors: yamlSyntaxErrors(file, doc, lc) };
   }
   const r = new Reader(file, lc, indexDocument(doc, lc), budget);
   const root = r.deref(doc.contents);

@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import type { Rejection } from '../config/holder';
 
 export type ServingStatus = 'SERVING' | 'NOT_SERVING';
 
@@ -9,6 +10,7 @@ export const HEALTH_SERVICES = ['', 'ratelimit'] as const;
 // Serving only when a config is loaded, the store is ready and the process is not shutting down.
 export class HealthState extends EventEmitter {
   private configLoaded = false;
+  private configRejection?: Rejection;
   private shuttingDown = false;
 
   constructor(
@@ -23,8 +25,38 @@ export class HealthState extends EventEmitter {
     return this.status === 'SERVING' ? this.storeDegraded() : undefined;
   }
 
+  // What the store says about itself now, serving or not (e.g. 'Redis unreachable').
+  storeNow(): string | undefined {
+    return this.storeDegraded();
+  }
+
   setConfigLoaded(loaded: boolean): void {
     this.update(() => (this.configLoaded = loaded));
+  }
+
+  // The latest reload was rejected (undefined: it was not). Reported, never a reason to stop
+  // serving: the last good config still answers.
+  setConfigRejected(rejection: Rejection | undefined): void {
+    this.configRejection = rejection;
+  }
+
+  // What a person should know about a SERVING process: degraded answers, a rejected reload.
+  notes(): string[] {
+    if (this.status !== 'SERVING') return [];
+    const out: string[] = [];
+    const degraded = this.degraded();
+    if (degraded !== undefined) out.push(`degraded: ${plainDegradedReason(degraded)}`);
+    const rejected = this.rejectionText('config reload rejected');
+    if (rejected !== undefined) out.push(`${rejected}; still serving the last good config`);
+    return out;
+  }
+
+  private rejectionText(what: string): string | undefined {
+    const r = this.configRejection;
+    if (r === undefined) return undefined;
+    const first = r.errors[0]?.message ?? 'unknown error';
+    const more = r.errors.length > 1 ? ` (and ${r.errors.length - 1} more error(s))` : '';
+    return `${what} since ${r.since.toISOString()}: ${first}${more}`;
   }
 
   setShuttingDown(): void {
@@ -43,7 +75,10 @@ export class HealthState extends EventEmitter {
   // Reasons for NOT_SERVING, for /healthcheck's body.
   reasons(): string[] {
     const out: string[] = [];
-    if (!this.configLoaded) out.push('no config loaded');
+    if (!this.configLoaded) {
+      const rejected = this.rejectionText('config rejected');
+      out.push(rejected === undefined ? 'no config loaded' : `no config loaded (${rejected})`);
+    }
     if (!this.storeReady()) out.push('store not ready');
     if (this.shuttingDown) out.push('shutting down');
     return out;
@@ -59,4 +94,48 @@ export class HealthState extends EventEmitter {
       this.emit('change', now);
     }
   }
+}
+
+// Why answers are degraded, in sluice's words: what the store stages report, with the Redis
+// client's own error texts (logged in full as store_failure events) turned into what happened.
+// ioredis' texts for "not connected"; a Redis error reply starts with its code (OOM, READONLY, ...).
+const CONNECTION = /Stream isn't writeable|enableOfflineQueue|Connection is closed|connection (lost|closed)|Socket closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN|max retries|MaxRetriesPerRequest|None of the pools|not connected|Failed to refresh slots cache|ClusterAllFailedError/i;
+
+function plainPart(part: string, storeNow?: string): string {
+  const storeError = /^store error: (.*)$/s.exec(part);
+  if (storeError !== null) {
+    const text = storeError[1];
+    if (CONNECTION.test(text)) return 'Redis connection down';
+    const reply = /^([A-Z][A-Z_]+)\b/.exec(text);
+    return reply !== null ? `Redis answered with an error (${reply[1]})` : 'the Redis call failed';
+  }
+  const deadline = /^no answer from Redis within (\d+) ms( \(this process was busy: event-loop lag (\d+) ms\))?$/.exec(part);
+  if (deadline !== null) {
+    const busy = deadline[2] === undefined ? '' : ` (sluice itself was busy: event-loop lag ${deadline[3]} ms)`;
+    return `Redis did not answer within the deadline (${deadline[1]} ms)${busy}`;
+  }
+  if (part === 'no time left before the caller deadline') return "the caller's deadline left no time to ask Redis";
+  const breaker = /^circuit breaker (open|half_open)$/.exec(part);
+  if (breaker !== null) {
+    const state = breaker[1] === 'open' ? 'circuit breaker open' : 'circuit breaker half open';
+    // The breaker opens for any failure; when the connection is what is down, say that.
+    if (storeNow?.startsWith('Redis unreachable')) return `Redis connection down (${state})`;
+    return `Redis calls suspended after repeated failures (${state})`;
+  }
+  return part;
+}
+
+// Parts the stages append to a reason; what comes before them may itself contain '; '.
+const SUFFIXES: [RegExp, (m: RegExpExecArray) => string][] = [
+  [/; write-back journal full$/, () => "the fallback's write-back journal is full"],
+  [/; fallback policy (\w+)$/, (m) => `fallback policy ${m[1]}`],
+];
+
+// `storeNow`: what the store says about itself now (HealthState.degraded()), when known.
+export function plainDegradedReason(reason: string, storeNow?: string): string {
+  for (const [re, text] of SUFFIXES) {
+    const m = re.exec(reason);
+    if (m !== null) return `${plainDegradedReason(reason.slice(0, m.index), storeNow)}; ${text(m)}`;
+  }
+  return plainPart(reason, storeNow);
 }

@@ -9,7 +9,7 @@ import type { Logger } from '../logger';
 import type { RateLimitService } from '../service/ratelimit';
 import { checkUtf8Bytes, DEFAULT_BOUNDS, overBound, type RequestBounds } from '../service/request';
 import { requestFromJson } from '../service/request-json';
-import type { HealthState } from './health';
+import { type HealthState, plainDegradedReason } from './health';
 import type { Metrics } from './metrics';
 import { failureLog, mapError } from './status';
 import type { ServerTls } from './tls';
@@ -25,8 +25,8 @@ export interface HttpDeps {
 
 export type Route = (req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps) => Promise<void> | void;
 
-export function send(res: http.ServerResponse, status: number, body: string, type = 'text/plain; charset=utf-8'): void {
-  res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body) });
+export function send(res: http.ServerResponse, status: number, body: string, type = 'text/plain; charset=utf-8', headers: http.OutgoingHttpHeaders = {}): void {
+  res.writeHead(status, { ...headers, 'content-type': type, 'content-length': Buffer.byteLength(body) });
   res.end(body);
 }
 
@@ -78,15 +78,47 @@ export function parseRequest(body: string, bounds: RequestBounds = DEFAULT_BOUND
   return requestFromJson(parsed, bounds);
 }
 
+interface StatusJson {
+  limitRemaining?: number;
+  durationUntilReset?: { seconds?: number } | string;
+}
+
 // Protobuf's canonical JSON writes Durations as "60s"; ts-proto's toJSON writes an object.
-export function responseJson(response: RateLimitResponse): string {
-  const json = RateLimitResponse.toJSON(response) as { statuses?: { durationUntilReset?: { seconds?: number } }[] };
-  for (const s of json.statuses ?? []) {
-    if (s.durationUntilReset !== undefined) {
-      (s as Record<string, unknown>).durationUntilReset = `${s.durationUntilReset.seconds ?? 0}s`;
-    }
-  }
+// proto3 JSON leaves out zero values, so a known `limitRemaining: 0` (the answer of every 429)
+// would vanish: it is written out, and left out only where the remaining is not known (the
+// indices listed in dynamicMetadata.unknownRemaining). A degraded reason is put in sluice's words.
+export function responseJson(response: RateLimitResponse, storeNow?: string): string {
+  const json = RateLimitResponse.toJSON(response) as { statuses?: StatusJson[]; dynamicMetadata?: Record<string, unknown> };
+  const unknown = new Set(response.dynamicMetadata?.unknownRemaining as number[] | undefined);
+  json.statuses = (json.statuses ?? []).map((s, i) => {
+    const { limitRemaining, durationUntilReset, ...rest } = s;
+    const out: StatusJson = { ...rest };
+    if (limitRemaining !== undefined || !unknown.has(i)) out.limitRemaining = limitRemaining ?? 0;
+    if (typeof durationUntilReset === 'object') out.durationUntilReset = `${durationUntilReset.seconds ?? 0}s`;
+    return out;
+  });
+  const reason = json.dynamicMetadata?.degradedReason;
+  if (typeof reason === 'string') json.dynamicMetadata!.degradedReason = plainDegradedReason(reason, storeNow);
   return JSON.stringify(json);
+}
+
+// A header Node would refuse (a name set to something that is not an HTTP token) is left out
+// rather than failing the answer; it is still in the body's responseHeadersToAdd.
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+// What Envoy would add to its client's response: Retry-After, RateLimit-*, the degraded marker.
+function httpHeaders(response: RateLimitResponse): http.OutgoingHttpHeaders {
+  const out: http.OutgoingHttpHeaders = {};
+  for (const h of response.responseHeadersToAdd) {
+    if (HEADER_NAME.test(h.key) && !/[\r\n\0]/.test(h.value)) out[h.key.toLowerCase()] = h.value;
+  }
+  return out;
+}
+
+// "counter store unavailable (store error: Stream isn't writeable…)" → in sluice's words.
+function plainUnavailable(message: string, storeNow?: string): string {
+  const m = /^counter store unavailable \((.*)\); fallback policy is deny$/s.exec(message);
+  return m === null ? message : `counter store unavailable (${plainDegradedReason(m[1], storeNow)}); fallback policy is deny`;
 }
 
 // POST /json: the RLS call as JSON; 200 OK, 429 over limit, 400 bad input (as upstream).
@@ -104,23 +136,25 @@ async function handleJson(req: http.IncomingMessage, res: http.ServerResponse, d
     const response = await deps.service.shouldRateLimit(parseRequest(await readBody(req, deps.service.bounds), deps.service.bounds));
     const over = response.overallCode === 2;
     deps.metrics.requests.inc({ transport: 'http', code: over ? 'OVER_LIMIT' : 'OK' });
-    send(res, over ? 429 : 200, responseJson(response), 'application/json');
+    send(res, over ? 429 : 200, responseJson(response, deps.health.storeNow()), 'application/json', httpHeaders(response));
   } catch (err) {
     const mapped = mapError(err);
     deps.metrics.requests.inc({ transport: 'http', code: mapped.label });
     httpFailureLog(deps.logger)(mapped, err);
-    send(res, mapped.http, JSON.stringify({ error: mapped.message, code: mapped.label }), 'application/json');
+    const message = mapped.label === 'UNAVAILABLE' ? plainUnavailable(mapped.message, deps.health.storeNow()) : mapped.message;
+    send(res, mapped.http, JSON.stringify({ error: message, code: mapped.label }), 'application/json');
   } finally {
     end();
   }
 }
 
-// Readiness (upstream's /healthcheck): 200 while serving, degraded or not; 500 with the reasons
-// when not (no config, store unusable, shutting down).
+// Readiness (upstream's /healthcheck): 200 while serving, degraded or not, and after a rejected
+// reload (the last good config still serves; the body says since when and why); 500 with the
+// reasons when not serving (no config, store unusable, shutting down).
 function readiness(_req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): void {
   if (deps.health.status !== 'SERVING') return send(res, 500, `NOT_SERVING: ${deps.health.reasons().join(', ')}\n`);
-  const degraded = deps.health.degraded();
-  send(res, 200, degraded === undefined ? 'OK' : `OK (degraded: ${degraded})`);
+  const notes = deps.health.notes();
+  send(res, 200, notes.length === 0 ? 'OK' : `OK (${notes.join('; ')})`);
 }
 
 async function metrics(_req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): Promise<void> {

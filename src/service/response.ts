@@ -65,11 +65,13 @@ function hasKnownRemaining(r: DescriptorResult): r is DescriptorResult & { remai
 }
 
 // The request passes only when all of its over-limit descriptors pass again: the longest wait.
+// Hits that can never pass (more than the limit, or a limit of 0) have no such time: Retry-After
+// is then the descriptor's reset, as its status says, so the two numbers never disagree.
 function retryAfterSeconds(results: DescriptorResult[]): number | undefined {
   let longest: number | undefined;
   for (const r of results) {
     if (r.code !== 'OVER_LIMIT' || r.retryAfterMs === undefined) continue;
-    const wait = Number.isFinite(r.retryAfterMs) ? r.retryAfterMs : (r.rule?.periodMs ?? 0);
+    const wait = Number.isFinite(r.retryAfterMs) ? r.retryAfterMs : (r.resetMs ?? r.rule?.periodMs ?? 0);
     longest = Math.max(longest ?? 0, wait);
   }
   return longest === undefined ? undefined : Math.max(1, ceilSeconds(longest));
