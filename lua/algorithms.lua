@@ -345,9 +345,13 @@ local function now_ms(explicit)
   return ms
 end
 
+-- How long a counter in `state` must be kept, ms: whole, at least 1, at most MAX_TTL.
+local function state_ttl(impl, state, s, now)
+  return string.format('%d', math.min(MAX_TTL, math.max(1, math.ceil(impl.ttl(state, s, now)))))
+end
+
 local function write_state(key, impl, state, s, now)
-  local ttl = math.min(MAX_TTL, math.max(1, math.ceil(impl.ttl(state, s, now))))
-  redis.call('SET', key, encode_state(state), 'PX', string.format('%d', ttl))
+  redis.call('SET', key, encode_state(state), 'PX', state_ttl(impl, state, s, now))
 end
 
 -- The loop of the batch scripts (absorb, refund, restore): entry i is KEYS[i] and `width` ARGV

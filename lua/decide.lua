@@ -1,11 +1,14 @@
---[[ decide.lua: decides every limit of one request at once (on Redis Cluster: every limit of
-one hash-slot group of the request). Preceded by algorithms.lua when loaded.
+--[[ decide.lua: decides every limit of a request at once (on Redis Cluster: every limit of one
+hash-slot group of a request), for one request or a batch of requests that arrived together (each
+decided on its own, in order, as if they had come one after the other). Preceded by
+algorithms.lua when loaded.
 
 Why one script: reading all counters, deciding, and writing only when the request is admitted
 must happen with no other request in between; with separate reads and writes, concurrent sluice
-replicas would each see room and together admit more than the limit.
+replicas would each see room and together admit more than the limit. Why batches: Redis' cost per
+call (dispatch, TIME, the reply) and the client's are paid once for all the requests of a batch.
 
-KEYS[i]  counter key of limit i
+KEYS     the counter keys of request 1's limits, then request 2's, ...
 ARGV[1]  "1": COUNT_DENIED_HITS (upstream counting: window algorithms count every hit)
 ARGV[2]  time in ms, for tests only; "" (always in production) uses redis.call('TIME')
 ARGV[3]  "request": apply the whole-request rule (denied if an enforced limit says no, or if it
@@ -13,65 +16,97 @@ ARGV[3]  "request": apply the whole-request rule (denied if an enforced limit sa
          says no. The caller then applies the request rule across groups and gives back what
          consumed groups took (refund.lua) when the request is denied. "peek": decide as
          "request" but write nothing (the explain endpoint).
-ARGV[4+6(i-1) .. 9+6(i-1)]  limit i: algorithm, limit, period ms, burst, hits, mode
-         (enforce | shadow | quota)
+ARGV[4]  number of requests
+then per request: its number of limits n, then per limit: algorithm, limit, period ms, burst,
+         hits, mode (enforce | shadow | quota)
 
-Returns { admitted (1|0), now (Redis time in whole microseconds; with an explicit test time, that
-time in ms as a string), then for each limit: flags
-(1 allowed + 2 consumed), the counter's state before this request as stored ("a:b", false when
-there is none) }. Everything a caller reports (remaining, reset, retry-after, used before) follows
-from the state before, the time and the limit by the algorithms' view and decide, which the Node
-side runs itself (src/limiter/algorithms mirror this file): computing and formatting them here
-would spend the one Redis' CPU on what every replica can do on its own. --]]
+Returns { now (Redis time in whole microseconds; with an explicit test time, that time in ms as a
+string), then per request: admitted (1|0), then per limit: flags (1 allowed + 2 consumed), the
+counter's state before this request as stored ("a:b", false when there is none) }; a request
+that failed (it wrote nothing) is -1 and the error message instead.
+Everything a caller reports (remaining, reset, retry-after, used before) follows from the state
+before, the time and the limit by the algorithms' view and decide, which the Node side runs itself
+(src/limiter/algorithms mirror this file): computing and formatting them here would spend the one
+Redis' CPU on what every replica can do on its own. --]]
 
 local count_denied = ARGV[1] == '1'
-local now, now_us = clock(ARGV[2])
+local now, now_reply = clock(ARGV[2])
 local scope = ARGV[3]
-local n = #KEYS
-
--- Limits of one request that share a key see each other's hits, in request order.
-local working = nil
-if n > 1 then working = {} end
-local specs, nexts, raws, allowed = {}, {}, {}, {}
-local admitted = true
-local quota_total, quota_denied = 0, 0
-for i = 1, n do
-  local b = 3 + 6 * (i - 1)
-  local key = KEYS[i]
-  local s = { alg = ARGV[b + 1], limit = tonumber(ARGV[b + 2]), period = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]) }
-  local state, raw
-  if working ~= nil and working[key] ~= nil then
-    state = working[key]
-    raw = encode_state(state)
-  else
-    raw = redis.call('GET', key)
-    state = decode_state(raw)
-  end
-  local ok, _, nxt = ALGORITHMS[s.alg].decide(state, s, tonumber(ARGV[b + 5]), now)
-  specs[i], nexts[i], raws[i], allowed[i] = s, nxt, raw, ok
-  local mode = ARGV[b + 6]
-  if mode == 'enforce' then
-    if not ok then admitted = false end
-  elseif mode == 'quota' then
-    quota_total = quota_total + 1
-    if not ok then quota_denied = quota_denied + 1 end
-  end
-  if working ~= nil and (ok or (count_denied and nxt ~= nil)) then working[key] = nxt end
-end
-if scope ~= 'group' and quota_total > 0 and quota_denied == quota_total then admitted = false end
-
-local out = { admitted and 1 or 0, now_us }
 local write = scope ~= 'peek'
-for i = 1, n do
-  local nxt = nexts[i]
-  local flags = 0
-  if allowed[i] then flags = 1 end
-  if write and nxt ~= nil and (count_denied or (admitted and allowed[i])) then
-    flags = flags + 2
-    local s = specs[i]
-    write_state(KEYS[i], ALGORITHMS[s.alg], nxt, s, now)
+local out = { now_reply }
+local specs, nexts, raws, allowed, payloads, ttls = {}, {}, {}, {}, {}, {}
+
+-- One request: its n limits are KEYS[k + 1 ..] and ARGV[a ..] (6 fields each). Appends its answer
+-- to `out`. Everything that can fail (a key of another type, a bad number) fails before the first
+-- write, so a request that fails wrote nothing.
+local function decide_request(n, a, k)
+  -- Limits of one request that share a key see each other's hits, in request order.
+  local working = nil
+  if n > 1 then working = {} end
+  local admitted = true
+  local quota_total, quota_denied = 0, 0
+  for i = 1, n do
+    local b = a + 6 * (i - 1)
+    local key = KEYS[k + i]
+    local s = { alg = ARGV[b], limit = tonumber(ARGV[b + 1]), period = tonumber(ARGV[b + 2]), burst = tonumber(ARGV[b + 3]) }
+    local state, raw
+    if working ~= nil and working[key] ~= nil then
+      state = working[key]
+      raw = encode_state(state)
+    else
+      raw = redis.call('GET', key)
+      state = decode_state(raw)
+    end
+    local ok, _, nxt = ALGORITHMS[s.alg].decide(state, s, tonumber(ARGV[b + 4]), now)
+    specs[i], nexts[i], raws[i], allowed[i] = s, nxt, raw, ok
+    local mode = ARGV[b + 5]
+    if mode == 'enforce' then
+      if not ok then admitted = false end
+    elseif mode == 'quota' then
+      quota_total = quota_total + 1
+      if not ok then quota_denied = quota_denied + 1 end
+    end
+    if working ~= nil and (ok or (count_denied and nxt ~= nil)) then working[key] = nxt end
   end
-  out[2 * i + 1] = flags
-  out[2 * i + 2] = raws[i] or false
+  if scope ~= 'group' and quota_total > 0 and quota_denied == quota_total then admitted = false end
+
+  for i = 1, n do
+    local nxt = nexts[i]
+    payloads[i] = false
+    if write and nxt ~= nil and (count_denied or (admitted and allowed[i])) then
+      local s = specs[i]
+      payloads[i] = encode_state(nxt)
+      ttls[i] = state_ttl(ALGORITHMS[s.alg], nxt, s, now)
+    end
+  end
+  out[#out + 1] = admitted and 1 or 0
+  for i = 1, n do
+    local flags = 0
+    if allowed[i] then flags = 1 end
+    if payloads[i] then
+      flags = flags + 2
+      redis.call('SET', KEYS[k + i], payloads[i], 'PX', ttls[i])
+    end
+    out[#out + 1] = flags
+    out[#out + 1] = raws[i] or false
+  end
+end
+
+-- Each request on its own: one that fails (e.g. WRONGTYPE) is answered with -1 and the error, and
+-- the others of the batch are still decided.
+local a = 5
+local k = 0
+for _ = 1, tonumber(ARGV[4]) do
+  local n = tonumber(ARGV[a])
+  local mark = #out
+  local ok, err = pcall(decide_request, n, a + 1, k)
+  if not ok then
+    for j = #out, mark + 1, -1 do out[j] = nil end
+    out[#out + 1] = -1
+    if type(err) == 'table' then err = err.err end
+    out[#out + 1] = tostring(err)
+  end
+  a = a + 1 + 6 * n
+  k = k + n
 end
 return out

@@ -591,3 +591,57 @@ describe('script loading: Redis Functions, EVALSHA where there are none', () => 
     }
   });
 });
+
+describe('requests of one event-loop turn go to Redis as one call, each decided on its own', () => {
+  test('in arrival order, all-or-nothing each, as if one after another', async () => {
+    const node = await startRedis();
+    const client = await ready(new Redis({ port: node.port, host: '127.0.0.1' }));
+    const s = store([client], false);
+    try {
+      await until('ready', () => s.ready());
+      const before = await scriptCalls(node);
+      // 50 requests in one turn: each wants a:batch (limit 30) and b:batch (limit 20).
+      const a = check('a:batch', 'fixed_window', 30);
+      const b = check('b:batch', 'fixed_window', 20);
+      const decisions = await Promise.all(Array.from({ length: 50 }, () => s.decide([a, b], { countDeniedHits: false })));
+      const calls = (await scriptCalls(node)) - before;
+      assert.ok(calls < 5, `expected the 50 requests in a few calls, got ${calls}`);
+      // The first 20 pass; the rest are denied by b and consume nothing of a (all-or-nothing).
+      assert.deepEqual(decisions.map((d) => d.admitted), Array.from({ length: 50 }, (_, i) => i < 20));
+      assert.deepEqual(decisions.slice(0, 20).map((d) => d.outcomes[1].remaining), Array.from({ length: 20 }, (_, i) => 19 - i));
+      for (const d of decisions.slice(20)) {
+        assert.deepEqual(d.outcomes.map((o) => [o.allowed, o.consumed, o.remaining]), [[true, false, 10], [false, false, 0]]);
+      }
+      assert.equal(count(await client.get('a:batch')), 20);
+      assert.equal(count(await client.get('b:batch')), 20);
+    } finally {
+      await s.close();
+      await node.stop();
+    }
+  });
+
+  test('a request the script cannot decide fails alone, writing nothing; the rest of its batch is decided', async () => {
+    const node = await startRedis();
+    const client = await ready(new Redis({ port: node.port, host: '127.0.0.1' }));
+    const s = store([client], false);
+    try {
+      await until('ready', () => s.ready());
+      // A key holding another type (WRONGTYPE) fails the request that reads it; the script goes on.
+      await client.hset('wrongtype:batch', 'f', '1');
+      const before = await scriptCalls(node);
+      const results = await Promise.allSettled([
+        s.decide([check('ok:batch', 'fixed_window', 5)], { countDeniedHits: false }),
+        s.decide([check('also-ok:batch', 'fixed_window', 5), check('wrongtype:batch', 'fixed_window', 5)], { countDeniedHits: false }),
+        s.decide([check('ok:batch', 'fixed_window', 5)], { countDeniedHits: false }),
+      ]);
+      assert.equal((await scriptCalls(node)) - before, 1, 'one batch');
+      assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
+      assert.match(String((results[1] as PromiseRejectedResult).reason), /WRONGTYPE/);
+      assert.equal(count(await client.get('ok:batch')), 2);
+      assert.equal(await client.get('also-ok:batch'), null, 'the failed request wrote nothing');
+    } finally {
+      await s.close();
+      await node.stop();
+    }
+  });
+});

@@ -61,7 +61,10 @@ describe('only Redis failures open the breaker', () => {
       const c = check(1_000_000);
       for (let i = 0; i < 20; i++) {
         const pending = store.decide([c], { ...opts, deadlineAt: Date.now() + 20 });
-        // The call is on its way to Redis; now this process is busy past the caller's budget.
+        // The call is on its way to Redis (the store sends the calls of one event-loop turn at its
+        // end, as one batch: two turns later it is written); now this process is busy past the
+        // caller's budget.
+        await nextTurn();
         await nextTurn();
         busyWait(60);
         const d = await pending;

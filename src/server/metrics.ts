@@ -30,6 +30,8 @@ export class Metrics {
   readonly memoryKeys: Gauge;
   memoryKeysSource?: () => number;
   private readonly ruleStats: Record<RuleStat, Counter<'domain' | 'key1' | 'key2'>>;
+  // Hits per stats key (bounded by the config's rules, see above), by RULE_STATS index.
+  private readonly ruleTallies = new Map<string, { labels: { domain: string; key1: string; key2: string }; counts: number[] }>();
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -68,17 +70,37 @@ export class Metrics {
         if (keys.memoryOverflowBytesSource) this.set(keys.memoryOverflowBytesSource());
       },
     });
-    const rule = (stat: RuleStat) =>
-      new Counter({ name: `ratelimit_service_rate_limit_${stat}`, help: `Hits per rule: ${stat}`, labelNames: ['domain', 'key1', 'key2'], registers });
+    // Per-rule hits are tallied in plain numbers per stats key (recordDescriptor runs for every
+    // descriptor of every request; prom-client would hash a label object each time) and handed to
+    // prom-client when it is scraped.
+    const tallies = this.ruleTallies;
+    const rule = (stat: RuleStat) => {
+      const at = RULE_STATS.indexOf(stat);
+      return new Counter({
+        name: `ratelimit_service_rate_limit_${stat}`,
+        help: `Hits per rule: ${stat}`,
+        labelNames: ['domain', 'key1', 'key2'],
+        registers,
+        collect() {
+          this.reset();
+          for (const t of tallies.values()) if (t.counts[at] > 0) this.inc(t.labels, t.counts[at]);
+        },
+      });
+    };
     this.ruleStats = { total_hits: rule('total_hits'), over_limit: rule('over_limit'), near_limit: rule('near_limit'), within_limit: rule('within_limit'), shadow_mode: rule('shadow_mode') };
     if (options.defaultMetrics) collectDefaultMetrics({ register: this.registry });
   }
 
   recordDescriptor(result: DescriptorResult, nearLimitRatio: number): void {
     if (result.kind !== 'limited' || result.matched === undefined || result.rule === undefined) return;
-    const labels = statLabels(result.matched.statKey);
+    const statKey = result.matched.statKey;
+    let tally = this.ruleTallies.get(statKey);
+    if (tally === undefined) {
+      tally = { labels: statLabels(statKey), counts: RULE_STATS.map(() => 0) };
+      this.ruleTallies.set(statKey, tally);
+    }
     const counts = ruleCounts(result, nearLimitRatio);
-    for (const stat of RULE_STATS) if (counts[stat] > 0) this.ruleStats[stat].inc(labels, counts[stat]);
+    for (let i = 0; i < RULE_STATS.length; i++) tally.counts[i] += counts[RULE_STATS[i]];
   }
 }
 

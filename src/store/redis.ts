@@ -38,6 +38,15 @@ interface GroupResult {
 
 // Per limit in a decide reply: flags (1 allowed, 2 consumed) and the state before.
 const FIELDS = 2;
+// Requests per batched decide call at most (and MAX_BATCH keys): one script call stays short.
+const BATCH_REQUESTS = 64;
+
+interface Pending {
+  all: readonly LimitCheck[];
+  idx: number[];
+  resolve(g: GroupResult): void;
+  reject(err: unknown): void;
+}
 // Batches of one absorb/refund in flight at once: a big write-back neither floods Redis nor
 // waits on one round trip per batch.
 const PARALLEL_BATCHES = 16;
@@ -77,6 +86,9 @@ export class RedisStore implements Store, SharedOps {
   private readonly scripts: Scripts;
   // Functions (FCALL) until a server says it has none (Redis < 7); then EVALSHA for good.
   private functions = true;
+  // Requests waiting for the end of this event-loop turn to go to Redis together (see batched()).
+  private batch: { requests: Pending[]; keys: number; countDenied: boolean } = { requests: [], keys: 0, countDenied: false };
+  private flushQueued = false;
   // Library loads in flight, per connection, so that a burst of "not found" loads it once.
   private readonly loading = new Map<RedisClient, Promise<void>>();
   // Sticky: a real decision has round-tripped since start (readiness).
@@ -136,10 +148,12 @@ export class RedisStore implements Store, SharedOps {
   async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
     const groups = this.groups(checks);
     if (groups.length === 1) {
-      const g = await this.decideGroup(checks, groups[0], options, 'request');
+      const g = this.options.cluster
+        ? await this.decideGroup(checks, groups[0], options.countDeniedHits, 'request', 'decide')
+        : await this.batched(checks, groups[0], options.countDeniedHits);
       return { admitted: g.admitted, outcomes: g.outcomes.map(strip), storeTimeMs: g.now };
     }
-    const settled = await Promise.allSettled(groups.map((g) => this.decideGroup(checks, g, options, 'group')));
+    const settled = await Promise.allSettled(groups.map((idx) => this.decideGroup(checks, idx, options.countDeniedHits, 'group', 'decide')));
     const done = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
     const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
     if (failed !== undefined) {
@@ -152,10 +166,87 @@ export class RedisStore implements Store, SharedOps {
   }
 
   async peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
-    const groups = await Promise.all(this.groups(checks).map((g) => this.decideGroup(checks, g, options, 'peek')));
+    const groups = await Promise.all(this.groups(checks).map((idx) => this.decideGroup(checks, idx, options.countDeniedHits, 'peek', 'peek')));
     const outcomes: LimitOutcome[] = [];
     for (const g of groups) g.checks.forEach((i, j) => (outcomes[i] = strip(g.outcomes[j])));
     return { admitted: admits(checks.map((c) => c.mode), outcomes.map((o) => o.allowed)), outcomes, storeTimeMs: latest(groups) };
+  }
+
+  // On one Redis (not a cluster), the requests that reach the store in one turn of the event loop
+  // (the gRPC streams read from the sockets in that turn) go to Redis as one script call, each
+  // decided on its own, in arrival order: Redis' cost per call and the client's are then paid once
+  // per batch, not once per request. Nothing waits for a batch to fill: it leaves at the end of
+  // the turn's I/O callbacks (setImmediate). (process.nextTick would not batch: Node drains the
+  // tick and microtask queues after each stream's callback.)
+  private batched(all: readonly LimitCheck[], idx: number[], countDenied: boolean): Promise<GroupResult> {
+    return new Promise((resolve, reject) => {
+      const b = this.batch;
+      if (b.requests.length > 0 && (b.countDenied !== countDenied || b.requests.length >= BATCH_REQUESTS || b.keys + idx.length > MAX_BATCH)) this.flush();
+      this.batch.countDenied = countDenied;
+      this.batch.requests.push({ all, idx, resolve, reject });
+      this.batch.keys += idx.length;
+      if (!this.flushQueued) {
+        this.flushQueued = true;
+        setImmediate(() => {
+          this.flushQueued = false;
+          this.flush();
+        });
+      }
+    });
+  }
+
+  private flush(): void {
+    const { requests, countDenied } = this.batch;
+    if (requests.length === 0) return;
+    this.batch = { requests: [], keys: 0, countDenied: false };
+    this.decideMany(requests, countDenied, 'request', 'decide').then(
+      (results) => results.forEach((r, i) => (r instanceof Error ? requests[i].reject(r) : requests[i].resolve(r))),
+      (err: unknown) => requests.forEach((r) => r.reject(err)),
+    );
+  }
+
+  // One decide script call for one request (one slot group of it on a cluster).
+  private async decideGroup(all: readonly LimitCheck[], idx: number[], countDenied: boolean, scope: 'request' | 'group' | 'peek', operation: string, client?: RedisClient): Promise<GroupResult> {
+    const [g] = await this.decideMany([{ all, idx }], countDenied, scope, operation, client);
+    if (g instanceof Error) throw g;
+    return g;
+  }
+
+  // One decide script call for `requests` (each the limits `idx` of `all`, all in one hash slot
+  // on a cluster), in order. A request the script could not decide (it wrote nothing) comes back
+  // as its Error, the others as their results.
+  private async decideMany(
+    requests: readonly { all: readonly LimitCheck[]; idx: number[] }[],
+    countDenied: boolean,
+    scope: 'request' | 'group' | 'peek',
+    operation: string,
+    client?: RedisClient,
+  ): Promise<(GroupResult | Error)[]> {
+    const keys: Arg[] = [];
+    const argv: Arg[] = [countDenied ? '1' : '0', this.time(), scope, requests.length];
+    for (const r of requests) {
+      argv.push(r.idx.length);
+      for (const i of r.idx) {
+        const c = r.all[i];
+        keys.push(c.key);
+        argv.push(c.algorithm, c.limit, c.periodMs, c.burst, c.hits, c.mode);
+      }
+    }
+    const n = keys.length;
+    for (const a of argv) keys.push(a);
+    const reply = (await this.run(operation, 'decide', n, keys, client)) as unknown[];
+    const now = replyTime(reply[0]);
+    let p = 1;
+    return requests.map((r) => {
+      const admitted = reply[p++];
+      if (admitted === -1) return new Error(String(reply[p++]));
+      const outcomes = r.idx.map((i) => {
+        const o = outcomeFrom(r.all[i], reply[p] as number, reply[p + 1], now);
+        p += FIELDS;
+        return o;
+      });
+      return { checks: r.idx, admitted: admitted === 1, now, outcomes };
+    });
   }
 
   // Writes back hits a local fallback admitted (lua/absorb.lua), MAX_BATCH entries per call.
@@ -217,9 +308,9 @@ export class RedisStore implements Store, SharedOps {
   }
 
   private async probeWith(client: RedisClient): Promise<{ nowMs: number }> {
-    const args: Arg[] = [`${this.options.keyPrefix}{sluice-probe}`, '0', this.time(), 'peek', 'fixed_window', 1, 1000, 1, 0, 'enforce'];
-    const reply = (await this.run('probe', 'decide', 1, args, client)) as unknown[];
-    return { nowMs: replyTime(reply[1]) };
+    const check: LimitCheck = { key: `${this.options.keyPrefix}{sluice-probe}`, algorithm: 'fixed_window', limit: 1, periodMs: 1000, burst: 1, hits: 0, mode: 'enforce' };
+    const g = await this.decideGroup([check], [0], false, 'peek', 'probe', client);
+    return { nowMs: g.now };
   }
 
   // Whenever a connection becomes ready and no decision has round-tripped yet, probe through it
@@ -409,17 +500,6 @@ export class RedisStore implements Store, SharedOps {
 
   private time(): string {
     return this.options.explicitClock === undefined ? '' : String(this.options.explicitClock.now());
-  }
-
-  private async decideGroup(all: readonly LimitCheck[], idx: number[], options: DecideOptions, scope: 'request' | 'group' | 'peek'): Promise<GroupResult> {
-    const checks = idx.map((i) => all[i]);
-    const args: Arg[] = checks.map((c) => c.key);
-    args.push(options.countDeniedHits ? '1' : '0', this.time(), scope);
-    for (const c of checks) args.push(c.algorithm, c.limit, c.periodMs, c.burst, c.hits, c.mode);
-    const reply = (await this.run(scope === 'peek' ? 'peek' : 'decide', 'decide', checks.length, args)) as unknown[];
-    const now = replyTime(reply[1]);
-    const outcomes = checks.map((c, j) => outcomeFrom(c, reply[2 + j * FIELDS] as number, reply[3 + j * FIELDS], now));
-    return { checks: idx, admitted: reply[0] === 1, now, outcomes };
   }
 
   // The request rule across slot groups. A denial never waits for (or fails because of) giving
