@@ -1,8 +1,10 @@
 // Keys the store reported over the limit, remembered until they can pass again, so that a flood
 // against an exhausted key is answered locally and costs Redis nothing (upstream's local cache,
-// LOCAL_CACHE_SIZE_IN_BYTES). Bounded: beyond maxEntries the oldest entry goes.
+// LOCAL_CACHE_SIZE_IN_BYTES). Bounded: beyond maxEntries the least recently written entries go.
 //
 // An entry is valid for requests of at least `hits` hits: a smaller request might fit earlier.
+
+import { BoundedMap } from './bounded-map';
 
 interface Entry {
   untilMs: number;
@@ -10,9 +12,11 @@ interface Entry {
 }
 
 export class OverLimitCache {
-  private readonly entries = new Map<string, Entry>();
+  private readonly entries: BoundedMap<string, Entry>;
 
-  constructor(private readonly maxEntries: number) {}
+  constructor(private readonly maxEntries: number) {
+    this.entries = new BoundedMap(maxEntries);
+  }
 
   get size(): number {
     return this.entries.size;
@@ -37,11 +41,6 @@ export class OverLimitCache {
     if (this.maxEntries <= 0 || hits <= 0) return;
     const existing = this.entries.get(key);
     if (existing !== undefined && existing.hits < hits && existing.untilMs >= untilMs) return;
-    this.entries.delete(key);
-    if (this.entries.size >= this.maxEntries) {
-      const oldest = this.entries.keys().next();
-      if (!oldest.done) this.entries.delete(oldest.value);
-    }
     this.entries.set(key, { untilMs, hits });
   }
 }

@@ -1,4 +1,5 @@
 import type { LimitSpec } from '../../limiter/algorithms';
+import { BoundedMap } from '../bounded-map';
 import type { Decision, LimitCheck } from '../store';
 
 export interface Known {
@@ -13,9 +14,9 @@ export interface Known {
 const MAX_KEYS = 100_000;
 
 // What Redis last said remains, per counter: where a fallback starts from when Redis goes away.
-// Bounded; the least recently updated key goes first.
+// Bounded; the least recently updated keys go first.
 export class LastKnown {
-  private readonly known = new Map<string, Known>();
+  private readonly known = new BoundedMap<string, Known>(MAX_KEYS);
 
   record(checks: readonly LimitCheck[], decision: Decision): void {
     const at = decision.storeTimeMs;
@@ -27,8 +28,6 @@ export class LastKnown {
 
   recordOne(check: LimitCheck, remaining: number, atMs: number): void {
     const { key, algorithm, limit, periodMs, burst } = check;
-    this.known.delete(key);
-    if (this.known.size >= MAX_KEYS) this.known.delete(this.known.keys().next().value as string);
     this.known.set(key, { key, spec: { algorithm, limit, periodMs, burst }, remaining, atMs });
   }
 
