@@ -43,7 +43,15 @@ export interface H2loadRun {
   reqPerSec: number;
   // Longest request as h2load saw it, ms.
   maxRequestMs: number;
+  // Each request's latency in ms, sorted (with `latencies`).
+  latenciesMs?: number[];
   output: string;
+}
+
+// The p-th percentile (0..100) of sorted values.
+export function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
 }
 
 export interface H2loadOptions {
@@ -54,6 +62,10 @@ export interface H2loadOptions {
   streams?: number;
   // gRPC's header: "1S" = one second.
   grpcTimeout?: string;
+  // Requests per second per connection (h2load --rps); unset = as fast as answers come.
+  rpsPerConnection?: number;
+  // Collect every request's latency (h2load --log-file) for percentiles.
+  latencies?: boolean;
 }
 
 function toMs(value: string, unit: string): number {
@@ -64,9 +76,12 @@ function toMs(value: string, unit: string): number {
 // HTTP statuses only; grpc-status is in the trailers, which it does not report.
 export function runH2load(opts: H2loadOptions): Promise<H2loadRun> {
   const file = path.join(os.tmpdir(), `sluice-fleet-${process.pid}-${opts.port}.bin`);
+  const log = path.join(os.tmpdir(), `sluice-fleet-${process.pid}-${opts.port}.log`);
   fs.writeFileSync(file, grpcFrame(RateLimitRequest.encode(opts.request).finish()));
   const args = [
     ...['-n', String(opts.requests), '-c', String(opts.connections ?? 4), '-m', String(opts.streams ?? 32), '-t', '1', '-d', file],
+    ...(opts.rpsPerConnection === undefined ? [] : [`--rps=${opts.rpsPerConnection}`]),
+    ...(opts.latencies ? [`--log-file=${log}`] : []),
     ...['-H', 'content-type: application/grpc', '-H', 'te: trailers', '-H', `grpc-timeout: ${opts.grpcTimeout ?? '1S'}`],
     `http://127.0.0.1:${opts.port}${METHOD}`,
   ];
@@ -79,6 +94,12 @@ export function runH2load(opts: H2loadOptions): Promise<H2loadRun> {
     child.once('error', (err) => reject(new Error(`${command}: ${err.message}`)));
     child.once('close', (code) => {
       fs.rmSync(file, { force: true });
+      let latenciesMs: number[] | undefined;
+      if (opts.latencies && fs.existsSync(log)) {
+        // Tab-separated: start (us since the epoch), HTTP status, us until the response ended.
+        latenciesMs = fs.readFileSync(log, 'utf8').split('\n').filter((l) => l !== '').map((l) => Number(l.split('\t')[2]) / 1000).sort((a, b) => a - b);
+        fs.rmSync(log, { force: true });
+      }
       const rps = /finished in [\d.]+m?s, ([\d.]+) req\/s/.exec(output);
       const done = /requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded/.exec(output);
       const status = /status codes: (\d+) 2xx/.exec(output);
@@ -91,6 +112,7 @@ export function runH2load(opts: H2loadOptions): Promise<H2loadRun> {
         status2xx: Number(status[1]),
         reqPerSec: Number(rps[1]),
         maxRequestMs: toMs(time[1], time[2]),
+        latenciesMs,
         output,
       });
     });
@@ -193,8 +215,7 @@ export interface FleetBench {
   failedOrNot2xx: number;
 }
 
-// The bench's request: the same as the memory store's "fixed_window (2 descriptors)" row of
-// bench/grpc-load.ts, so the two figures compare.
+// The bench's request: two fixed-window descriptors, each a hot key (the case leases are for).
 export async function fleetBench(requests: number, replicas = 2): Promise<FleetBench | string> {
   if (!h2loadAvailable()) return `skipped: ${H2LOAD_MISSING}`;
   const request: RateLimitRequest = {

@@ -8,6 +8,16 @@ import { startRedis } from '../test/support/redis';
 // Bytes per counter in Redis, two ways: MEMORY USAGE of sample keys (what the key itself costs)
 // and the growth of used_memory over many keys (including the keyspace's own overhead).
 // Each counter takes half its budget so that bucket keys (which expire once refilled) stay put.
+// Keys are sluice's own (counterKey), padded to KEY_BYTES so that rows compare across algorithms.
+export const KEY_BYTES = 40;
+
+function keyOfLength(algorithm: Algorithm, i: number, bytes: number): string {
+  const make = (value: string) =>
+    counterKey({ domain: 'edge', entries: [{ key: 'user', value }], algorithm, periodMs: 60_000 }, { prefix: 'sluice:', hashTag: 'descriptor' });
+  const id = String(i);
+  const pad = Math.max(0, bytes - make(id).length);
+  return make(id.padStart(id.length + pad, '0'));
+}
 const ALGORITHMS: Algorithm[] = ['fixed_window', 'sliding_window', 'token_bucket', 'gcra'];
 
 async function usedMemory(client: Redis): Promise<number> {
@@ -32,10 +42,7 @@ export async function redisMemory(count = 20_000): Promise<{ algorithm: Algorith
       const keys: string[] = [];
       for (let i = 0; i < count; i += 500) {
         const batch = Array.from({ length: 500 }, (_, j) => {
-          const key = counterKey(
-            { domain: 'edge', entries: [{ key: 'tenant', value: `cust_${i + j}` }, { key: 'route', value: '/v1/payments/checkout' }], algorithm, periodMs: 60_000 },
-            { prefix: 'sluice:', hashTag: 'descriptor' },
-          );
+          const key = keyOfLength(algorithm, i + j, KEY_BYTES);
           keys.push(key);
           return store.decide([{ key, algorithm, limit: 1000, periodMs: 60_000, burst: 1000, hits: 500, mode: 'enforce' }], { countDeniedHits: false });
         });

@@ -1,58 +1,92 @@
+import fs from 'node:fs';
 import os from 'node:os';
+import path from 'node:path';
+import { decisionsChart } from './chart';
+import { type DecisionRow, decisionsBench } from './decisions';
 import { fleetBench } from './fleet';
-import { grpcBench, type GrpcRow } from './grpc-load';
 import { capBench, memoryPerKey, microBench } from './micro';
-import { redisMemory } from './redis-memory';
+import { KEY_BYTES, redisMemory } from './redis-memory';
+
+const CHART = path.resolve(__dirname, '../../docs/performance.svg');
+
+// Only the sections named in BENCH_SECTIONS (comma-separated: micro, memory, redis-memory,
+// decisions, fleet) run; all by default.
+function wanted(section: string): boolean {
+  const only = process.env.BENCH_SECTIONS;
+  return only === undefined || only.split(',').map((s) => s.trim()).includes(section);
+}
 
 // `npm run bench`: prints the machine, then each figure with its ratio to a baseline measured in
 // the same run. Nothing here asserts: these machines are shared and noisy.
 async function main(): Promise<void> {
   const cpus = os.cpus();
   console.log(`machine: ${cpus.length} x ${cpus[0]?.model ?? 'unknown cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, node ${process.version}`);
+  const machine = `${cpus.length} x ${cpus[0]?.model ?? 'unknown cpu'}`;
   const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
-  for (const keys of [1, 100_000]) {
-    console.log(`\nin-process decisions, ${fmt(keys)} distinct key(s):`);
-    for (const r of microBench(keys)) console.log(`  ${r.name.padEnd(28)} ${fmt(r.opsPerSec).padStart(12)} ops/s   ${r.ratio.toFixed(3)} x baseline`);
+  if (wanted('micro')) {
+    for (const keys of [1, 100_000]) {
+      console.log(`\nin-process decisions, ${fmt(keys)} distinct key(s):`);
+      for (const r of microBench(keys)) console.log(`  ${r.name.padEnd(28)} ${fmt(r.opsPerSec).padStart(12)} ops/s   ${r.ratio.toFixed(3)} x baseline`);
+    }
   }
-  console.log('\nmemory store heap per counter (200,000 counters):');
-  for (const r of memoryPerKey()) console.log(`  ${r.algorithm.padEnd(16)} ${fmt(r.bytesPerKey)} bytes`);
-  console.log('\nmemory store at its key cap (MEMORY_MAX_KEYS 1,000,000; 200,000 new keys per phase):');
-  for (const r of capBench()) console.log(`  ${r.name.padEnd(36)} ${fmt(r.opsPerSec).padStart(12)} new keys/s, slowest ${r.worstMs.toFixed(1)} ms   ${fmt(r.size)} exact counters, approximate tier ${fmt(r.overflowBytes)} bytes`);
-  console.log('\nRedis bytes per counter (20,000 counters; key like the sample):');
-  const redis = await redisMemory();
-  if (typeof redis === 'string') console.log(`  ${redis}`);
-  else {
-    console.log(`  sample key: ${redis[0].sampleKey}`);
-    for (const r of redis) console.log(`  ${r.algorithm.padEnd(16)} MEMORY USAGE ${fmt(r.memoryUsage)} bytes, used_memory growth ${fmt(r.usedMemoryPerKey)} bytes/key`);
+  if (wanted('memory')) {
+    console.log('\nmemory store heap per counter (200,000 counters):');
+    for (const r of memoryPerKey()) console.log(`  ${r.algorithm.padEnd(16)} ${fmt(r.bytesPerKey)} bytes`);
+    console.log('\nmemory store at its key cap (MEMORY_MAX_KEYS 1,000,000; 200,000 new keys per phase):');
+    for (const r of capBench()) console.log(`  ${r.name.padEnd(36)} ${fmt(r.opsPerSec).padStart(12)} new keys/s, slowest ${r.worstMs.toFixed(1)} ms   ${fmt(r.size)} exact counters, approximate tier ${fmt(r.overflowBytes)} bytes`);
+  }
+  if (wanted('redis-memory')) {
+    console.log(`\nRedis bytes per counter (20,000 counters; ${KEY_BYTES}-byte keys like the sample):`);
+    const redis = await redisMemory();
+    if (typeof redis === 'string') console.log(`  ${redis}`);
+    else {
+      console.log(`  sample key: ${redis[0].sampleKey}`);
+      for (const r of redis) console.log(`  ${r.algorithm.padEnd(16)} MEMORY USAGE ${fmt(r.memoryUsage)} bytes, used_memory growth ${fmt(r.usedMemoryPerKey)} bytes/key`);
+    }
   }
   const requests = Number(process.env.BENCH_REQUESTS ?? 100_000);
-  console.log(`\ngRPC over loopback, h2load -c 4 -m 32, ${fmt(requests)} requests each:`);
-  const grpc = await grpcBench(requests);
-  if (typeof grpc === 'string') {
-    console.log(`  ${grpc}`);
-    return;
+  if (wanted('decisions')) {
+    console.log(`\nDecisions over gRPC, ${fmt(requests)} requests a row (100,000-key rows: ${fmt(requests / 2)}), 4 connections x 32 streams, grpc-timeout 1S:`);
+    const d = await decisionsBench(requests);
+    if (typeof d === 'string') console.log(`  ${d}`);
+    else {
+      for (const c of d.commands) console.log(`  ${c}`);
+      console.log('');
+      console.log(decisionsTable(d.rows, d.minimalScriptUs));
+      console.log(`\n  minimal script (INCRBY + PEXPIRE, redis-benchmark -c 16 -P 16): ${d.minimalScriptUs.toFixed(2)} us of Redis CPU per call`);
+      const h = d.halfRate;
+      console.log(`  paced at half the Redis store's maximum (fixed window, 1 descriptor, hot key; h2load --rps, 4 connections x 1 stream):`);
+      console.log(`    Redis store ${fmt(h.redis.reqPerSec)}/s, p50 ${h.redis.p50Ms.toFixed(2)} ms, p99 ${h.redis.p99Ms.toFixed(2)} ms; empty handler at the same rate: p50 ${h.empty.p50Ms.toFixed(2)} ms, p99 ${h.empty.p99Ms.toFixed(2)} ms`);
+      console.log(`  degraded answers (Redis rows): ${d.degraded}`);
+      fs.writeFileSync(CHART, decisionsChart(d.rows, `${machine}, node ${process.version}; npm run bench, ${new Date().toISOString().slice(0, 10)}`));
+      console.log(`  chart: ${path.relative(process.cwd(), CHART)}`);
+    }
   }
-  const table = (label: string, rows: GrpcRow[]) => {
-    console.log(`  ${label}:`);
-    for (const r of rows) console.log(`    ${r.name.padEnd(44)} ${fmt(r.reqPerSec).padStart(9)} req/s   ${r.ratio.toFixed(3)} x baseline`);
-  };
-  table('memory store', grpc.memory);
-  if (typeof grpc.redis === 'string') console.log(`  Redis store: ${grpc.redis}`);
-  else {
-    table('Redis store (one Lua script per request, no leases, every answer a Redis decision)', grpc.redis);
-    const redis = grpc.redis;
-    console.log('  Redis store / memory store, same run:');
-    grpc.memory.slice(1).forEach((m, i) => console.log(`    ${m.name.padEnd(44)} ${(redis[i + 1].reqPerSec / m.reqPerSec).toFixed(3)}`));
+  if (wanted('fleet')) {
+    const fleet = await fleetBench(requests);
+    console.log('\n2 replicas on one Redis, default settings (automatic leases), one h2load per replica at once:');
+    if (typeof fleet === 'string') console.log(`  ${fleet}`);
+    else {
+      console.log(`  ${fleet.command}`);
+      console.log(`  per replica ${fleet.perReplica.map(fmt).join(' + ')} = ${fmt(fleet.total)} req/s`);
+      console.log(`  degraded answers ${fleet.degraded}, breaker transitions ${fleet.breakerTransitions}, hits served from leases ${fleet.leaseServed}, failed or non-2xx ${fleet.failedOrNot2xx}`);
+    }
   }
-  const fleet = await fleetBench(requests);
-  console.log('\n2 replicas on one Redis, default settings (automatic leases), one h2load per replica at once:');
-  if (typeof fleet === 'string') console.log(`  ${fleet}`);
-  else {
-    const memory = grpc.memory.find((r) => r.name.startsWith('ShouldRateLimit fixed_window'));
-    console.log(`  ${fleet.command}`);
-    console.log(`  per replica ${fleet.perReplica.map(fmt).join(' + ')} = ${fmt(fleet.total)} req/s` + (memory ? `, ${(fleet.total / memory.reqPerSec).toFixed(3)} x the memory store's single process` : ''));
-    console.log(`  degraded answers ${fleet.degraded}, breaker transitions ${fleet.breakerTransitions}, hits served from leases ${fleet.leaseServed}, failed or non-2xx ${fleet.failedOrNot2xx}`);
+}
+
+// The README's table: one row per measurement, ratios to the empty handler of the same requests.
+function decisionsTable(rows: readonly DecisionRow[], minimalUs: number): string {
+  const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
+  const lines = [
+    '| server | algorithm | descriptors | keys | decisions/s | × empty handler | p50 ms | p99 ms | server CPU µs/req | Redis CPU µs/req (× minimal script) |',
+    '|---|---|---|---|---|---|---|---|---|---|',
+  ];
+  for (const r of rows) {
+    const redis = r.redisCpuUsPerReq === undefined ? '' : `${r.redisCpuUsPerReq.toFixed(1)} (${(r.redisCpuUsPerReq / minimalUs).toFixed(2)}×)`;
+    const keys = r.keys === 1 ? '1 (h2load)' : `${fmt(r.keys)} (keys-load)`;
+    lines.push(`| ${r.target} | ${r.target === 'empty handler' ? '–' : r.algorithm} | ${r.descriptors} | ${keys} | ${fmt(r.reqPerSec)} | ${r.ratio.toFixed(2)} | ${r.p50Ms.toFixed(1)} | ${r.p99Ms.toFixed(1)} | ${r.serverCpuUsPerReq.toFixed(0)} | ${redis} |`);
   }
+  return lines.join('\n');
 }
 
 main().catch((err: unknown) => {

@@ -1,0 +1,200 @@
+import { type ChildProcess, execFile, spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import readline from 'node:readline';
+import { promisify } from 'node:util';
+import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
+import { type RedisNode, startRedis } from '../test/support/redis';
+import { spawnServer, type ServerProcess } from '../test/support/process';
+import { FLEET_ALGORITHMS, fleetConfigDir, H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load } from './fleet';
+
+// The cost of a decision, in one run: the same requests, sent with a deadline (grpc-timeout 1S,
+// as Envoy does), to an empty grpc-js handler (bench/empty-server.ts), to sluice on the memory
+// store and to sluice on the Redis store (automatic leases off, so every answer is a script call).
+// Per row: decisions/s, p50/p99, the server's CPU per request (/proc), and for Redis rows Redis'
+// own CPU per request (INFO cpu), next to a minimal INCRBY + PEXPIRE script measured on the same
+// Redis in the same run. A Redis row with a degraded answer (one not decided by Redis) fails the run.
+
+const execFileAsync = promisify(execFile);
+const EMPTY_SERVER = path.join(__dirname, 'empty-server.js');
+const KEYS_LOAD = path.join(__dirname, 'keys-load.js');
+const CLK_TCK = 100;
+
+export type Target = 'empty handler' | 'memory store' | 'Redis store';
+
+export interface DecisionRow {
+  target: Target;
+  algorithm: string;
+  descriptors: number;
+  // 1 = the same counters every call (h2load); more = distinct requests in turn (keys-load.ts).
+  keys: number;
+  reqPerSec: number;
+  p50Ms: number;
+  p99Ms: number;
+  // reqPerSec / the empty handler's with the same requests and load generator.
+  ratio: number;
+  serverCpuUsPerReq: number;
+  redisCpuUsPerReq?: number;
+  generator: 'h2load' | 'keys-load';
+}
+
+export interface DecisionsBench {
+  rows: DecisionRow[];
+  // redis-benchmark -c 16 -P 16 of EVALSHA (INCRBY + PEXPIRE), Redis CPU per call.
+  minimalScriptUs: number;
+  // The Redis store (fixed window, 1 descriptor) and the empty handler, paced at half the Redis
+  // store's measured maximum rate.
+  halfRate: Record<'redis' | 'empty', { reqPerSec: number; p50Ms: number; p99Ms: number }>;
+  degraded: number;
+  commands: string[];
+}
+
+interface Target_ {
+  name: Target;
+  port: number;
+  pid: number;
+  stop(): Promise<unknown>;
+}
+
+// CPU seconds a process used so far (user + system).
+function cpuSeconds(pid: number): number {
+  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+}
+
+async function redisCpu(node: RedisNode): Promise<number> {
+  const info = await node.cli('INFO', 'cpu');
+  return [...info.matchAll(/used_cpu_(?:user|sys):([\d.]+)/g)].reduce((a, m) => a + Number(m[1]), 0);
+}
+
+function startEmpty(): Promise<Target_> {
+  return new Promise((resolve, reject) => {
+    const child: ChildProcess = spawn(process.execPath, [EMPTY_SERVER], { stdio: ['ignore', 'pipe', 'inherit'] });
+    child.once('error', reject);
+    readline.createInterface({ input: child.stdout! }).once('line', (line) =>
+      resolve({
+        name: 'empty handler',
+        port: Number(line),
+        pid: child.pid!,
+        stop: () => new Promise((r) => (child.once('exit', r), child.kill('SIGTERM'))),
+      }),
+    );
+  });
+}
+
+function fromServer(name: Target, server: ServerProcess): Target_ {
+  return { name, port: server.grpcPort, pid: server.child.pid!, stop: () => server.stop() };
+}
+
+function request(algorithm: string, descriptors: number): RateLimitRequest {
+  return { domain: 'bench', descriptors: Array.from({ length: descriptors }, (_, i) => ({ entries: [{ key: algorithm, value: `tenant-${i}` }] })), hitsAddend: 0 };
+}
+
+interface Measured {
+  reqPerSec: number;
+  p50Ms: number;
+  p99Ms: number;
+  serverCpuUsPerReq: number;
+  redisCpuUsPerReq?: number;
+}
+
+async function measure(target: Target_, redis: RedisNode | undefined, requests: number, run: () => Promise<{ reqPerSec: number; p50Ms: number; p99Ms: number }>): Promise<Measured> {
+  const cpu0 = cpuSeconds(target.pid);
+  const r0 = redis ? await redisCpu(redis) : 0;
+  const r = await run();
+  const cpu1 = cpuSeconds(target.pid);
+  const r1 = redis ? await redisCpu(redis) : 0;
+  return { ...r, serverCpuUsPerReq: ((cpu1 - cpu0) * 1e6) / requests, redisCpuUsPerReq: redis ? ((r1 - r0) * 1e6) / requests : undefined };
+}
+
+async function h2loadRow(target: Target_, redis: RedisNode | undefined, algorithm: string, descriptors: number, requests: number): Promise<Measured> {
+  const req = request(algorithm, descriptors);
+  await runH2load({ port: target.port, request: req, requests: Math.min(20_000, requests) }); // warm-up
+  return measure(target, redis, requests, async () => {
+    const r = await runH2load({ port: target.port, request: req, requests, latencies: true });
+    if (r.succeeded !== requests || r.status2xx !== requests) throw new Error(`${target.name}: ${requests - r.succeeded} requests failed:\n${r.output}`);
+    const lat = r.latenciesMs ?? [];
+    return { reqPerSec: r.reqPerSec, p50Ms: percentile(lat, 50), p99Ms: percentile(lat, 99) };
+  });
+}
+
+async function keysRow(target: Target_, redis: RedisNode | undefined, descriptors: number, keys: number, requests: number): Promise<Measured> {
+  const run = async (n: number) => {
+    const { stdout } = await execFileAsync(process.execPath, [KEYS_LOAD, JSON.stringify({ port: target.port, requests: n, connections: 4, streams: 32, descriptors, keys })], { maxBuffer: 1 << 20 });
+    const r = JSON.parse(stdout) as { reqPerSec: number; p50: number; p99: number; failed: number };
+    if (r.failed > 0) throw new Error(`${target.name}: ${r.failed} of ${n} calls did not end with grpc-status 0`);
+    return { reqPerSec: r.reqPerSec, p50Ms: r.p50, p99Ms: r.p99 };
+  };
+  await run(Math.min(20_000, requests)); // warm-up (and the generator's own start-up)
+  return measure(target, redis, requests, () => run(requests));
+}
+
+// redis-benchmark of the smallest useful script, INCRBY + PEXPIRE, on the same Redis.
+async function minimalScript(node: RedisNode): Promise<number> {
+  const sha = await node.cli('SCRIPT', 'LOAD', "redis.call('INCRBY', KEYS[1], ARGV[1]) redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1");
+  const n = 300_000;
+  const before = await redisCpu(node);
+  await execFileAsync('redis-benchmark', ['-p', String(node.port), '-c', '16', '-P', '16', '-n', String(n), '-q', 'EVALSHA', sha, '1', 'bench:minimal', '1', '60000']);
+  return (((await redisCpu(node)) - before) * 1e6) / n;
+}
+
+export async function decisionsBench(requests: number, keyRequests = Math.round(requests / 2)): Promise<DecisionsBench | string> {
+  if (!h2loadAvailable()) return `skipped: ${H2LOAD_MISSING}`;
+  if (spawnSync('redis-benchmark', ['--version']).error) return 'skipped: redis-benchmark not found (apt-get install redis-tools)';
+  const config = fleetConfigDir();
+  const node = await startRedis();
+  const targets: Target_[] = [];
+  try {
+    targets.push(await startEmpty());
+    targets.push(fromServer('memory store', await spawnServer(['--config', config, '--log-level', 'info'])));
+    const redisServer = await spawnServer(['--config', config, '--log-level', 'info', '--store', 'redis', '--redis-url', `127.0.0.1:${node.port}`, '--lease-auto-threshold', '0']);
+    await redisServer.waitForLog((l) => l.event === 'redis_ready');
+    targets.push(fromServer('Redis store', redisServer));
+
+    const rows: DecisionRow[] = [];
+    const add = (t: Target_, algorithm: string, descriptors: number, keys: number, m: Measured, generator: DecisionRow['generator']) => {
+      const base = rows.find((r) => r.target === 'empty handler' && r.descriptors === descriptors && r.keys === keys);
+      rows.push({ target: t.name, algorithm, descriptors, keys, ...m, ratio: base ? m.reqPerSec / base.reqPerSec : 1, generator });
+    };
+    const redisOf = (t: Target_) => (t.name === 'Redis store' ? node : undefined);
+    for (const descriptors of [1, 3]) {
+      for (const t of targets) {
+        const algorithms = t.name === 'empty handler' ? ['fixed_window'] : descriptors === 1 && t.name === 'Redis store' ? [...FLEET_ALGORITHMS] : ['fixed_window'];
+        for (const a of algorithms) add(t, a, descriptors, 1, await h2loadRow(t, redisOf(t), a, descriptors, requests), 'h2load');
+      }
+      for (const t of targets) add(t, 'fixed_window', descriptors, 100_000, await keysRow(t, redisOf(t), descriptors, 100_000, keyRequests), 'keys-load');
+    }
+
+    // Latency at half the maximum rate (fixed window, 1 descriptor, one hot key): requests paced
+    // (h2load --rps) on 4 connections, one stream each (32 paced streams come out of h2load in
+    // bursts, which measures the bursts); the empty handler at the same rate alongside.
+    const max = rows.find((r) => r.target === 'Redis store' && r.algorithm === 'fixed_window' && r.descriptors === 1 && r.keys === 1)!;
+    const perConnection = Math.max(1, Math.round(max.reqPerSec / 2 / 4));
+    const paced = async (t: Target_) => {
+      const r = await runH2load({ port: t.port, request: request('fixed_window', 1), requests: perConnection * 4 * 10, streams: 1, rpsPerConnection: perConnection, latencies: true });
+      const lat = r.latenciesMs ?? [];
+      return { reqPerSec: r.reqPerSec, p50Ms: percentile(lat, 50), p99Ms: percentile(lat, 99) };
+    };
+    const halfRate = { redis: await paced(targets[2]), empty: await paced(targets[0]) };
+
+    const metrics = await (await fetch(`http://127.0.0.1:${redisServer.httpPort}/metrics`)).text();
+    const degraded = metricSum(metrics, 'sluice_degraded_decisions_total');
+    const failed = metricSum(metrics, 'sluice_requests_total', { code: 'UNAVAILABLE' }) + metricSum(metrics, 'sluice_requests_total', { code: 'INTERNAL' });
+    if (degraded > 0 || failed > 0) throw new Error(`the Redis store answered ${degraded} requests without Redis (degraded) and failed ${failed}: its rows are not Redis decisions`);
+    const minimalScriptUs = await minimalScript(node);
+    return {
+      rows,
+      minimalScriptUs,
+      halfRate,
+      degraded,
+      commands: [
+        "h2load -n N -c 4 -m 32 -t 1 -d <request> -H 'content-type: application/grpc' -H 'te: trailers' -H 'grpc-timeout: 1S' --log-file <latencies>",
+        'node dist/bench/keys-load.js (100,000 distinct requests in turn, 4 connections x 32 streams, grpc-timeout 1S)',
+        'redis-benchmark -c 16 -P 16 EVALSHA <INCRBY + PEXPIRE> 1 key 1 60000',
+      ],
+    };
+  } finally {
+    for (const t of targets) await t.stop();
+    await node.stop();
+  }
+}
