@@ -2,12 +2,16 @@ import { loadConfig, type LoadResult, warningMessage } from './config/load';
 import { ConfigError } from './errors';
 import { loadSettings, SETTINGS, type Settings } from './settings';
 
+export { runSimulate } from './simulate';
+
 export function usage(): string {
   const rows = SETTINGS.map((s) => `  --${s.flag.padEnd(28)} ${s.env.join(', ').padEnd(34)} ${s.help}`);
   return [
     'usage: sluice [serve] [flags]      run the rate limit service (default)',
     '       sluice check [--merge-domain-config] [--config-max-file-bytes N] [--config-max-descriptors N] PATH...',
     '                                   validate config files or directories (exit 1 on any error)',
+    '       sluice simulate [--pattern P] [--algorithm A] [--limit N] [--unit U | --period D] [--burst N] [--duration D] [--out FILE.svg]',
+    '                                   replay a traffic pattern through the algorithms on a virtual clock (sluice simulate --help)',
     '',
     'flags (flag, environment variables, meaning):',
     ...rows,

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { createApp } from './app';
-import { runCheck, usage } from './cli';
+import { runCheck, runSimulate, usage } from './cli';
 import { loadSettings, SettingsError } from './settings';
 
 // Thin on purpose: settings → app → start → signals.
@@ -33,6 +33,11 @@ async function main(): Promise<void> {
   const args = process.argv.slice(2);
   const command = args[0] !== undefined && !args[0].startsWith('-') ? args[0] : 'serve';
   const rest = command === args[0] ? args.slice(1) : args;
+  // Before the general --help: `sluice simulate --help` prints its own options.
+  if (command === 'simulate') {
+    process.exitCode = runSimulate(rest, process.stdout, process.stderr);
+    return;
+  }
   if (args.includes('--help') || args.includes('-h') || command === 'help') {
     process.stdout.write(usage());
     return;
@@ -41,7 +46,7 @@ async function main(): Promise<void> {
     process.exitCode = runCheck(rest, process.stdout, process.stderr);
     return;
   }
-  if (command !== 'serve') throw new SettingsError(`unknown command '${command}' (serve, check)`);
+  if (command !== 'serve') throw new SettingsError(`unknown command '${command}' (serve, check, simulate)`);
   await serve(rest);
 }
 
