@@ -321,6 +321,40 @@ local function encode_state(state)
   return table.concat(parts, ':')
 end
 
+-- A fixed window in envoyproxy/ratelimit's layout (KEY_LAYOUT=upstream): the key names its window
+-- (keys.ts upstreamKey), and the value is the count alone, an integer that upstream's replicas
+-- INCRBY on the same Redis. Decided as a fixed window whose window is the current one.
+local fixed_upstream = {
+  view = fixed.view, decide = fixed.decide, ttl = fixed.ttl,
+  refund = fixed.refund, absorb = fixed.absorb, restore = fixed.restore,
+}
+
+function fixed_upstream.decode(raw, s, now)
+  local n = tonumber(raw)
+  if n == nil then return decode_state(raw) end
+  return { window_start(now, s.period), n }
+end
+
+function fixed_upstream.encode(state)
+  return string.format('%d', state[2])
+end
+
+ALGORITHMS.fixed_window_upstream = fixed_upstream
+
+-- A counter's state from what GET returned (nil: none), and back, as `impl` stores it.
+local function decode_for(impl, raw, s, now)
+  if impl.decode ~= nil then
+    if not raw then return nil end
+    return impl.decode(raw, s, now)
+  end
+  return decode_state(raw)
+end
+
+local function encode_for(impl, state)
+  if impl.encode ~= nil then return impl.encode(state) end
+  return encode_state(state)
+end
+
 local function num(x)
   if x == INF then return 'inf' end
   return string.format('%.17g', x)
@@ -351,7 +385,7 @@ local function state_ttl(impl, state, s, now)
 end
 
 local function write_state(key, impl, state, s, now)
-  redis.call('SET', key, encode_state(state), 'PX', state_ttl(impl, state, s, now))
+  redis.call('SET', key, encode_for(impl, state), 'PX', state_ttl(impl, state, s, now))
 end
 
 -- The loop of the batch scripts (absorb, refund, restore): entry i is KEYS[i] and `width` ARGV
@@ -368,7 +402,7 @@ local function rewrite_each(KEYS, ARGV, width, change)
     local extra = {}
     for j = 5, width do extra[j - 4] = tonumber(ARGV[b + j]) end
     local impl = ALGORITHMS[s.alg]
-    local state = decode_state(redis.call('GET', KEYS[i]))
+    local state = decode_for(impl, redis.call('GET', KEYS[i]), s, now)
     local nxt = change(impl, state, s, extra, now)
     if nxt ~= nil and nxt ~= state then
       write_state(KEYS[i], impl, nxt, s, now)

@@ -49,15 +49,16 @@ local function decide_request(n, a, k)
     local b = a + 6 * (i - 1)
     local key = KEYS[k + i]
     local s = { alg = ARGV[b], limit = tonumber(ARGV[b + 1]), period = tonumber(ARGV[b + 2]), burst = tonumber(ARGV[b + 3]) }
+    local impl = ALGORITHMS[s.alg]
     local state, raw
     if working ~= nil and working[key] ~= nil then
       state = working[key]
-      raw = encode_state(state)
+      raw = encode_for(impl, state)
     else
       raw = redis.call('GET', key)
-      state = decode_state(raw)
+      state = decode_for(impl, raw, s, now)
     end
-    local ok, _, nxt = ALGORITHMS[s.alg].decide(state, s, tonumber(ARGV[b + 4]), now)
+    local ok, _, nxt = impl.decide(state, s, tonumber(ARGV[b + 4]), now)
     specs[i], nexts[i], raws[i], allowed[i] = s, nxt, raw, ok
     local mode = ARGV[b + 5]
     if mode == 'enforce' then
@@ -75,8 +76,9 @@ local function decide_request(n, a, k)
     payloads[i] = false
     if write and nxt ~= nil and (count_denied or (admitted and allowed[i])) then
       local s = specs[i]
-      payloads[i] = encode_state(nxt)
-      ttls[i] = state_ttl(ALGORITHMS[s.alg], nxt, s, now)
+      local impl = ALGORITHMS[s.alg]
+      payloads[i] = encode_for(impl, nxt)
+      ttls[i] = state_ttl(impl, nxt, s, now)
     end
   end
   out[#out + 1] = admitted and 1 or 0

@@ -15,7 +15,7 @@ local now = now_ms(ARGV[1])
 local s = { alg = ARGV[2], limit = tonumber(ARGV[3]), period = tonumber(ARGV[4]), burst = tonumber(ARGV[5]) }
 local wanted = tonumber(ARGV[6])
 local impl = ALGORITHMS[s.alg]
-local state = decode_state(redis.call('GET', KEYS[1]))
+local state = decode_for(impl, redis.call('GET', KEYS[1]), s, now)
 local remaining = impl.view(state, s, now)
 local grant = math.min(wanted, remaining)
 local retry = 0

@@ -28,6 +28,8 @@ export interface KeyOptions {
   prefix: string;
   hashTag: HashTagPolicy;
   hashing?: ValueHashing;
+  // 'upstream': fixed windows of upstream's units get envoyproxy/ratelimit's keys (upstreamKey).
+  layout?: 'sluice' | 'upstream';
 }
 
 export interface KeyParts {
@@ -76,4 +78,33 @@ export function counterKey(parts: KeyParts, options: KeyOptions): string {
       return `${options.prefix}{${domain}|${entries[0] ?? ''}}${rest}${suffix}`;
     }
   }
+}
+
+// Upstream's units, as window lengths in seconds (its UnitToDivider).
+const UPSTREAM_DIVIDERS: ReadonlyMap<number, number> = new Map([
+  [1_000, 1],
+  [60_000, 60],
+  [3_600_000, 3_600],
+  [86_400_000, 86_400],
+]);
+
+// Whether a fixed window of `periodMs` has an envoyproxy/ratelimit key (its units only).
+export function hasUpstreamKey(algorithm: Algorithm, periodMs: number): boolean {
+  return algorithm === 'fixed_window' && UPSTREAM_DIVIDERS.has(periodMs);
+}
+
+// envoyproxy/ratelimit's counter key (its cache_key.go): prefix, domain, then key and value of
+// every entry, each followed by '_', then the window's start in Unix seconds from `nowMs`, this
+// process' clock (upstream uses its own). Not escaped, as upstream does not; values are the
+// request's, as upstream has them (ip_prefix aggregation applies, value hashing does not).
+export function upstreamKey(parts: KeyParts, prefix: string, nowMs: number): string {
+  const divider = UPSTREAM_DIVIDERS.get(parts.periodMs);
+  if (divider === undefined || parts.algorithm !== 'fixed_window') throw new Error(`no upstream key for ${parts.algorithm} over ${parts.periodMs} ms`);
+  let key = `${prefix}${parts.domain}_`;
+  for (const e of parts.entries) {
+    const value = parts.ipPrefix !== undefined && ADDRESS_KEYS.has(e.key) ? aggregateIp(e.value, parts.ipPrefix) : e.value;
+    key += `${e.key}_${value}_`;
+  }
+  const seconds = Math.floor(nowMs / 1000);
+  return key + String(Math.floor(seconds / divider) * divider);
 }

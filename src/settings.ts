@@ -68,6 +68,7 @@ export interface Settings {
   headerRetryAfter: string;
   cacheKeyPrefix: string;
   hashTag: HashTagPolicy;
+  keyLayout: 'sluice' | 'upstream';
   keyHashSecret: string;
   keyHashMaxValueLength: number;
   keyHashKeys: string[];
@@ -180,6 +181,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'keyHashMaxValueLength', flag: 'key-hash-max-value-length', env: ['KEY_HASH_MAX_VALUE_LENGTH'], kind: 'int', def: 128, help: 'descriptor values longer than this are hashed in counter keys' },
   { key: 'keyHashKeys', flag: 'key-hash-keys', env: ['KEY_HASH_KEYS'], kind: 'list', def: [], help: 'entry keys whose values are always hashed in counter keys (e.g. remote_address)' },
   { key: 'hashTag', flag: 'hash-tag', env: ['KEY_HASH_TAG'], kind: 'enum', def: 'descriptor', choices: ['descriptor', 'domain', 'none'], help: 'which part of a key picks its Redis Cluster slot' },
+  { key: 'keyLayout', flag: 'key-layout', env: ['KEY_LAYOUT'], kind: 'enum', def: 'sluice', choices: ['sluice', 'upstream'], help: "counter keys of fixed windows in second, minute, hour or day: sluice's, or envoyproxy/ratelimit's (its key format, integer counts, window from this process' clock) to share counters with its replicas on one Redis during a migration" },
 ];
 
 export class SettingsError extends Error {

@@ -1,6 +1,6 @@
 import { match } from '../config/match';
 import type { CompiledConfig, MatchedLimit, RateLimitRule } from '../config/types';
-import { counterKey, type KeyOptions } from '../keys';
+import { counterKey, hasUpstreamKey, type KeyOptions, upstreamKey } from '../keys';
 import type { Code, LimitMode, RateLimitRequest } from '../model';
 import type { Decision, LimitCheck, Store } from '../store/store';
 
@@ -68,12 +68,10 @@ function modeOf(rule: RateLimitRule, settings: LimiterSettings): LimitMode {
 
 function toCheck(request: RateLimitRequest, m: MatchedLimit, hits: number, settings: LimiterSettings): LimitCheck {
   const rule = m.rule;
-  const key = counterKey(
-    { domain: request.domain, entries: m.counterEntries, algorithm: rule.algorithm, periodMs: rule.periodMs, ipPrefix: rule.ipPrefix },
-    settings.keys,
-  );
-  return {
-    key,
+  const parts = { domain: request.domain, entries: m.counterEntries, algorithm: rule.algorithm, periodMs: rule.periodMs, ipPrefix: rule.ipPrefix };
+  const upstream = settings.keys.layout === 'upstream' && hasUpstreamKey(rule.algorithm, rule.periodMs);
+  const check: LimitCheck = {
+    key: upstream ? upstreamKey(parts, settings.keys.prefix, Date.now()) : counterKey(parts, settings.keys),
     algorithm: rule.algorithm,
     limit: rule.requestsPerUnit,
     periodMs: rule.periodMs,
@@ -82,6 +80,8 @@ function toCheck(request: RateLimitRequest, m: MatchedLimit, hits: number, setti
     mode: modeOf(rule, settings),
     lease: rule.leaseSize,
   };
+  if (upstream) check.layout = 'upstream';
+  return check;
 }
 
 export interface Plan {

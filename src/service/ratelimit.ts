@@ -34,6 +34,8 @@ export class RateLimitService {
         prefix: s.cacheKeyPrefix,
         hashTag: s.hashTag,
         hashing: { secret: s.keyHashSecret, maxLength: s.keyHashMaxValueLength, keys: new Set(s.keyHashKeys) },
+        // Only a shared store has keys another service could read.
+        layout: s.store === 'redis' ? s.keyLayout : 'sluice',
       },
       countDeniedHits: s.countDeniedHits,
       globalShadowMode: s.globalShadowMode,

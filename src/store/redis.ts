@@ -1,7 +1,8 @@
 import calculateSlot from 'cluster-key-slot';
 import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../clock';
-import { ALGORITHM_IMPLS, type LimitSpec, type State } from '../limiter/algorithms';
+import { ALGORITHM_IMPLS, type LimitSpec, specOf, type State } from '../limiter/algorithms';
+import { windowStart } from '../limiter/algorithms/types';
 import { admits } from '../limiter/policy';
 import type { StoreEvents } from './events';
 import { RefundQueue, type RefundQueueOptions } from './refund-queue';
@@ -229,7 +230,7 @@ export class RedisStore implements Store, SharedOps {
       for (const i of r.idx) {
         const c = r.all[i];
         keys.push(c.key);
-        argv.push(c.algorithm, c.limit, c.periodMs, c.burst, c.hits, c.mode);
+        argv.push(luaAlgorithm(c), c.limit, c.periodMs, c.burst, c.hits, c.mode);
       }
     }
     const n = keys.length;
@@ -254,7 +255,7 @@ export class RedisStore implements Store, SharedOps {
     await this.inBatches(entries, (batch) => {
       const args: Arg[] = batch.map((e) => e.key);
       args.push(this.time());
-      for (const e of batch) args.push(e.algorithm, e.limit, e.periodMs, e.burst, e.hits, e.windowStartMs ?? '', e.ageMs);
+      for (const e of batch) args.push(luaAlgorithm(e), e.limit, e.periodMs, e.burst, e.hits, e.windowStartMs ?? '', e.ageMs);
       return this.run('absorb', 'absorb', batch.length, args);
     });
   }
@@ -266,13 +267,13 @@ export class RedisStore implements Store, SharedOps {
 
   // Takes up to `units` of a limit's budget (lua/lease.lua).
   async lease(spec: LimitSpec & { key: string }, units: number): Promise<LeaseGrant> {
-    const r = (await this.run('lease', 'lease', 1, [spec.key, this.time(), spec.algorithm, spec.limit, spec.periodMs, spec.burst, units])) as unknown[];
+    const r = (await this.run('lease', 'lease', 1, [spec.key, this.time(), luaAlgorithm(spec), spec.limit, spec.periodMs, spec.burst, units])) as unknown[];
     return { granted: Number(r[0]), takenAtMs: Number(r[1]), remaining: num(r[2]), resetMs: num(r[3]), retryAfterMs: num(r[4]) };
   }
 
   // Gives back `units` taken by a lease at `takenAtMs` (Redis time) that were not used.
   async giveBack(spec: LimitSpec & { key: string }, units: number, takenAtMs: number): Promise<void> {
-    await this.run('give_back', 'refund', 1, [spec.key, this.time(), spec.algorithm, spec.limit, spec.periodMs, spec.burst, units, takenAtMs]);
+    await this.run('give_back', 'refund', 1, [spec.key, this.time(), luaAlgorithm(spec), spec.limit, spec.periodMs, spec.burst, units, takenAtMs]);
   }
 
   // Puts back what a replica last saw of its counters after Redis lost its data
@@ -281,7 +282,7 @@ export class RedisStore implements Store, SharedOps {
     await this.inBatches(entries, (batch) => {
       const args: Arg[] = batch.map((e) => e.key);
       args.push(this.time());
-      for (const e of batch) args.push(e.algorithm, e.limit, e.periodMs, e.burst, e.remaining, e.atMs);
+      for (const e of batch) args.push(luaAlgorithm(e), e.limit, e.periodMs, e.burst, e.remaining, e.atMs);
       return this.run('restore', 'restore', batch.length, args);
     });
   }
@@ -360,7 +361,7 @@ export class RedisStore implements Store, SharedOps {
   private refundBatch(batch: readonly RefundEntry[]): Promise<void> {
     const args: Arg[] = batch.map((e) => e.key);
     args.push(this.time());
-    for (const e of batch) args.push(e.algorithm, e.limit, e.periodMs, e.burst, e.hits, e.decidedAtMs);
+    for (const e of batch) args.push(luaAlgorithm(e), e.limit, e.periodMs, e.burst, e.hits, e.decidedAtMs);
     return this.run('refund', 'refund', batch.length, args).then(() => undefined);
   }
 
@@ -528,10 +529,20 @@ function replyTime(raw: unknown): number {
   return typeof raw === 'string' ? Number(raw) : (raw as number) / 1000;
 }
 
-// A counter's state as the scripts store it ("a:b[:c]", numbers exact: see lua/algorithms.lua).
-export function decodeState(raw: unknown): State | undefined {
+// The scripts' name of a spec's algorithm: the fixed window in upstream's layout has its own
+// (its state is stored as the count alone; see fixed_window_upstream in lua/algorithms.lua).
+function luaAlgorithm(spec: LimitSpec): string {
+  return spec.layout === 'upstream' ? 'fixed_window_upstream' : spec.algorithm;
+}
+
+// A counter's state as the scripts store it ("a:b[:c]", numbers exact: see lua/algorithms.lua);
+// in upstream's layout a fixed window's count alone, whose window is the current one (the key
+// names its window).
+export function decodeState(raw: unknown, spec?: LimitSpec, nowMs = 0): State | undefined {
   if (raw === null || raw === undefined) return undefined;
-  return String(raw).split(':').map(Number);
+  const text = String(raw);
+  if (spec?.layout === 'upstream' && !text.includes(':')) return [windowStart(nowMs, spec.periodMs), Number(text)];
+  return text.split(':').map(Number);
 }
 
 // What the script decided for one limit (`flags`: 1 allowed, 2 consumed), and what follows from
@@ -539,7 +550,7 @@ export function decodeState(raw: unknown): State | undefined {
 // memory store's, so both stores answer alike.
 function outcomeFrom(c: LimitCheck, flags: number, raw: unknown, now: number): LimitOutcome & { remainingBefore: number; resetBefore: number } {
   const impl = ALGORITHM_IMPLS[c.algorithm];
-  const before = decodeState(raw);
+  const before = decodeState(raw, c, now);
   const allowed = (flags & 1) === 1;
   const consumed = (flags & 2) === 2;
   const verdict = impl.decide(before, c, c.hits, now);
@@ -564,7 +575,7 @@ function consumed(all: readonly LimitCheck[], groups: GroupResult[]): RefundEntr
     g.checks.forEach((i, j) => {
       if (!g.outcomes[j].consumed) return;
       const c = all[i];
-      out.push({ key: c.key, algorithm: c.algorithm, limit: c.limit, periodMs: c.periodMs, burst: c.burst, hits: c.hits, decidedAtMs: g.now });
+      out.push({ key: c.key, ...specOf(c), hits: c.hits, decidedAtMs: g.now });
     });
   }
   return out;

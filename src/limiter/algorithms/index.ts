@@ -12,4 +12,5 @@ export const ALGORITHM_IMPLS: Readonly<Record<Algorithm, AlgorithmImpl>> = {
   gcra,
 };
 
+export { specOf } from './types';
 export type { AlgorithmImpl, LimitSpec, State, Verdict, View } from './types';

@@ -9,6 +9,16 @@ export interface LimitSpec {
   periodMs: number;
   // Token bucket capacity / GCRA burst, in requests.
   burst: number;
+  // How a shared store keeps the counter: 'upstream' = envoyproxy/ratelimit's layout (a fixed
+  // window's count alone, as an integer, under a key that names its window; see keys.ts).
+  layout?: 'upstream';
+}
+
+// The spec part of anything that carries one (a check, a journal entry): what a store needs to
+// find and decide the counter, nothing else.
+export function specOf(s: LimitSpec): LimitSpec {
+  const { algorithm, limit, periodMs, burst, layout } = s;
+  return layout === undefined ? { algorithm, limit, periodMs, burst } : { algorithm, limit, periodMs, burst, layout };
 }
 
 // An algorithm's state is a short tuple of numbers so that the Redis scripts can store exactly the

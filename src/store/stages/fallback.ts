@@ -1,6 +1,6 @@
 import type { Clock } from '../../clock';
 import { UnavailableError } from '../../errors';
-import { windowStart } from '../../limiter/algorithms/types';
+import { specOf, windowStart } from '../../limiter/algorithms/types';
 import type { StoreEvents } from '../events';
 import type { MemoryStore } from '../memory';
 import type { RefundEntry } from '../shared';
@@ -150,8 +150,7 @@ export class FallbackStage extends Stage {
           if (ref !== undefined && consumed) this.o.journal.cancel(ref);
           else if (ref !== undefined) this.o.journal.settle(ref);
           else if (consumed && redis.storeTimeMs !== undefined) {
-            const { key, algorithm, limit, periodMs, burst, hits } = c;
-            refunds.push({ key, algorithm, limit, periodMs, burst, hits, decidedAtMs: redis.storeTimeMs });
+            refunds.push({ key: c.key, ...specOf(c), hits: c.hits, decidedAtMs: redis.storeTimeMs });
           }
         });
         if (refunds.length > 0) this.o.refund(refunds);

@@ -1,5 +1,5 @@
 import type { Clock } from '../../clock';
-import type { LimitSpec } from '../../limiter/algorithms';
+import { type LimitSpec, specOf } from '../../limiter/algorithms';
 import type { StoreEvents } from '../events';
 import { type AbsorbEntry, MAX_BATCH, PartialWrite, type SharedOps } from '../shared';
 import type { LimitCheck } from '../store';
@@ -65,8 +65,7 @@ export class Journal {
     const id = idOf(check, windowStartMs);
     let e = this.entries.get(id);
     if (e === undefined) {
-      const { algorithm, limit, periodMs, burst } = check;
-      e = { id, key: check.key, algorithm, limit, periodMs, burst, windowStartMs, settled: 0, pending: 0, lastAtMs: 0 };
+      e = { id, key: check.key, ...specOf(check), windowStartMs, settled: 0, pending: 0, lastAtMs: 0 };
       this.entries.set(id, e);
     }
     if (pending) e.pending += hits;
@@ -104,10 +103,7 @@ export class Journal {
       const taken = batch.map((e) => e.settled);
       const absorb: AbsorbEntry[] = batch.map((e, j) => ({
         key: e.key,
-        algorithm: e.algorithm,
-        limit: e.limit,
-        periodMs: e.periodMs,
-        burst: e.burst,
+        ...specOf(e),
         hits: taken[j],
         windowStartMs: e.windowStartMs,
         ageMs: Math.max(0, now - e.lastAtMs),

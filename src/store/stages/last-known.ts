@@ -1,4 +1,4 @@
-import type { LimitSpec } from '../../limiter/algorithms';
+import { type LimitSpec, specOf } from '../../limiter/algorithms';
 import { BoundedMap } from '../bounded-map';
 import type { Decision, LimitCheck } from '../store';
 
@@ -27,8 +27,7 @@ export class LastKnown {
   }
 
   recordOne(check: LimitCheck, remaining: number, atMs: number): void {
-    const { key, algorithm, limit, periodMs, burst } = check;
-    this.known.set(key, { key, spec: { algorithm, limit, periodMs, burst }, remaining, atMs });
+    this.known.set(check.key, { key: check.key, spec: specOf(check), remaining, atMs });
   }
 
   get(key: string): Known | undefined {
