@@ -10,6 +10,7 @@ import { ADMIN_ROUTES, createHttpServer, type HttpServerOptions, listenHttp, MAI
 import { grpcCredentials, type ServerTls, serverTls } from './server/tls';
 import { ConfigWatcher } from './config/watcher';
 import { Metrics } from './server/metrics';
+import { StatsdSink } from './server/statsd';
 import { describeSettings, redactRedisUrl, type Settings } from './settings';
 import { MemoryStore } from './store/memory';
 import { storeEvents } from './server/store-events';
@@ -93,6 +94,16 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
     },
   });
   const service = new RateLimitService({ config, store, settings, metrics, logger });
+  const statsd = settings.statsdEnabled
+    ? new StatsdSink(metrics, {
+        host: settings.statsdHost,
+        port: settings.statsdPort,
+        protocol: settings.statsdProtocol,
+        flushIntervalMs: settings.statsFlushIntervalMs,
+        extraTags: settings.extraTags,
+        logger,
+      })
+    : undefined;
   const watcher = settings.configWatch
     ? new ConfigWatcher({
         paths: settings.configPaths,
@@ -118,6 +129,7 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       logger.info({ event: 'starting', settings: describeSettings(settings) }, 'sluice starting');
       config.reload('startup');
       watcher?.start();
+      statsd?.start();
       grpcServer = createGrpcServer({ service, health, metrics, logger });
       tls = serverTls(settings);
       await tls?.ready;
@@ -147,6 +159,8 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       await drainGrpc(grpcServer, settings.drainTimeoutMs, logger);
       await Promise.all(httpServers.map((h) => new Promise<void>((resolve) => (h.close(() => resolve()), h.closeIdleConnections()))));
       tls?.close();
+      // After the drain, so the last flush counts every answered call.
+      await statsd?.close();
       await store.close();
       logger.info({ event: 'stopped' }, 'sluice stopped');
     },

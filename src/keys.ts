@@ -1,6 +1,6 @@
 import { createHmac } from 'node:crypto';
 import { aggregateIp, type IpPrefix } from './ip';
-import type { Algorithm } from './model';
+import { type Algorithm, UNIT_SECONDS } from './model';
 
 // Counter keys: <prefix>{<hash tag>}<rest>. Pure functions, no I/O.
 //
@@ -80,13 +80,9 @@ export function counterKey(parts: KeyParts, options: KeyOptions): string {
   }
 }
 
-// Upstream's units, as window lengths in seconds (its UnitToDivider).
-const UPSTREAM_DIVIDERS: ReadonlyMap<number, number> = new Map([
-  [1_000, 1],
-  [60_000, 60],
-  [3_600_000, 3_600],
-  [86_400_000, 86_400],
-]);
+// Upstream's units, as window lengths in seconds (its UnitToDivider: a month is 30 days, a year 365,
+// as in UNIT_SECONDS).
+const UPSTREAM_DIVIDERS: ReadonlyMap<number, number> = new Map(Object.values(UNIT_SECONDS).map((s) => [s * 1000, s]));
 
 // Whether a fixed window of `periodMs` has an envoyproxy/ratelimit key (its units only).
 export function hasUpstreamKey(algorithm: Algorithm, periodMs: number): boolean {

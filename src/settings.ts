@@ -89,6 +89,13 @@ export interface Settings {
   leaseAutoShare: number;
   leaseTtlMs: number;
   leaseLowWater: number;
+  // statsd output with envoyproxy/ratelimit's metric names (server/statsd.ts); off by default.
+  statsdEnabled: boolean;
+  statsdHost: string;
+  statsdPort: number;
+  statsdProtocol: 'udp' | 'tcp';
+  statsFlushIntervalMs: number;
+  extraTags: string[];
 }
 
 type Kind = 'string' | 'list' | 'port' | 'int' | 'count' | 'ratio' | 'share' | 'bool' | 'enum' | 'duration';
@@ -181,7 +188,13 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'keyHashMaxValueLength', flag: 'key-hash-max-value-length', env: ['KEY_HASH_MAX_VALUE_LENGTH'], kind: 'int', def: 128, help: 'descriptor values longer than this are hashed in counter keys' },
   { key: 'keyHashKeys', flag: 'key-hash-keys', env: ['KEY_HASH_KEYS'], kind: 'list', def: [], help: 'entry keys whose values are always hashed in counter keys (e.g. remote_address)' },
   { key: 'hashTag', flag: 'hash-tag', env: ['KEY_HASH_TAG'], kind: 'enum', def: 'descriptor', choices: ['descriptor', 'domain', 'none'], help: 'which part of a key picks its Redis Cluster slot' },
-  { key: 'keyLayout', flag: 'key-layout', env: ['KEY_LAYOUT'], kind: 'enum', def: 'sluice', choices: ['sluice', 'upstream'], help: "counter keys of fixed windows in second, minute, hour or day: sluice's, or envoyproxy/ratelimit's (its key format, integer counts, window from this process' clock) to share counters with its replicas on one Redis during a migration" },
+  { key: 'keyLayout', flag: 'key-layout', env: ['KEY_LAYOUT'], kind: 'enum', def: 'sluice', choices: ['sluice', 'upstream'], help: "counter keys of fixed windows of one unit (second to year): sluice's, or envoyproxy/ratelimit's (its key format, integer counts, window from this process' clock) to share counters with its replicas on one Redis during a migration" },
+  { key: 'statsdEnabled', flag: 'statsd', env: ['USE_STATSD'], kind: 'bool', def: false, help: "send envoyproxy/ratelimit's statsd counters (ratelimit.service.rate_limit.<rule>.<stat>, …) every STATS_FLUSH_INTERVAL; off by default, unlike upstream" },
+  { key: 'statsdHost', flag: 'statsd-host', env: ['STATSD_HOST'], kind: 'string', def: 'localhost', help: 'statsd host' },
+  { key: 'statsdPort', flag: 'statsd-port', env: ['STATSD_PORT'], kind: 'port', def: 8125, help: 'statsd port' },
+  { key: 'statsdProtocol', flag: 'statsd-protocol', env: ['STATSD_PROTOCOL'], kind: 'enum', def: 'udp', choices: ['udp', 'tcp'], help: "udp, or tcp (what envoyproxy/ratelimit sends over; statsd_exporter takes both)" },
+  { key: 'statsFlushIntervalMs', flag: 'stats-flush-interval', env: ['STATS_FLUSH_INTERVAL'], kind: 'duration', def: 10_000, help: 'how often statsd counters are sent (each a delta since the last flush)' },
+  { key: 'extraTags', flag: 'extra-tags', env: ['EXTRA_TAGS'], kind: 'list', def: [], help: "tags on every statsd metric, k1:v1,k2:v2, written as upstream's statsd library does (name.__k1=v1.__k2=v2)" },
 ];
 
 export class SettingsError extends Error {
@@ -294,6 +307,10 @@ export function loadSettings(argv: readonly string[] = [], env: NodeJS.ProcessEn
       throw new SettingsError(`FALLBACK_DOMAIN_POLICIES: expected domain=local|allow|deny, got '${entry}'`);
     }
   }
+  for (const tag of settings.extraTags) {
+    if (!/^[^:]+:.+$/.test(tag)) throw new SettingsError(`EXTRA_TAGS: expected key:value, got '${tag}'`);
+  }
+  if (settings.statsFlushIntervalMs < 1) throw new SettingsError('STATS_FLUSH_INTERVAL must be at least 1ms');
   if (settings.httpHeadersTimeoutMs < 1 || settings.httpRequestTimeoutMs < settings.httpHeadersTimeoutMs) {
     throw new SettingsError('HTTP_HEADERS_TIMEOUT must be at least 1ms and HTTP_REQUEST_TIMEOUT at least HTTP_HEADERS_TIMEOUT');
   }

@@ -32,12 +32,19 @@ describe("upstream's key format (its cache_key.go: prefix, domain_, key_value_ p
     assert.equal(upstreamKey(two(60_000), 'ratelimit_', NOW), `ratelimit_edge_tenant_acme_route_/v1/pay_${SEC - 30}`);
     assert.equal(upstreamKey(two(3_600_000), 'ratelimit_', NOW), `ratelimit_edge_tenant_acme_route_/v1/pay_${SEC - 30}`);
     assert.equal(upstreamKey(two(86_400_000), 'ratelimit_', NOW), `ratelimit_edge_tenant_acme_route_/v1/pay_${SEC - 30 - 8 * 3600}`);
+    // A week, a month (30 days) and a year (365 days) count from the Unix epoch, as upstream's do.
+    for (const days of [7, 30, 365]) {
+      const d = days * 86_400;
+      assert.equal(upstreamKey(two(d * 1000), 'ratelimit_', NOW), `ratelimit_edge_tenant_acme_route_/v1/pay_${Math.floor(SEC / d) * d}`);
+    }
   });
   test("values as sent, unescaped (upstream's 'a_b'='c' and 'a'='b_c' share a key, as they do there)", () => {
     assert.equal(upstreamKey(parts([['a_b', 'c']]), '', NOW), upstreamKey(parts([['a', 'b_c']]), '', NOW));
   });
   test("only fixed windows of upstream's units have one", () => {
     assert.equal(hasUpstreamKey('fixed_window', 60_000), true);
+    assert.equal(hasUpstreamKey('fixed_window', 604_800_000), true);
+    assert.equal(hasUpstreamKey('fixed_window', 31_536_000_000), true);
     assert.equal(hasUpstreamKey('fixed_window', 300_000), false);
     assert.equal(hasUpstreamKey('sliding_window', 60_000), false);
     assert.equal(hasUpstreamKey('gcra', 1_000), false);

@@ -91,6 +91,16 @@ export class Metrics {
     if (options.defaultMetrics) collectDefaultMetrics({ register: this.registry });
   }
 
+  // Hits per rule since start, by stats key, for sinks other than Prometheus (statsd.ts).
+  ruleTotals(): Iterable<[statKey: string, counts: Readonly<Record<RuleStat, number>>]> {
+    const tallies = this.ruleTallies;
+    return (function* () {
+      for (const [statKey, t] of tallies) {
+        yield [statKey, Object.fromEntries(RULE_STATS.map((stat, i) => [stat, t.counts[i]])) as Record<RuleStat, number>];
+      }
+    })();
+  }
+
   recordDescriptor(result: DescriptorResult, nearLimitRatio: number): void {
     if (result.kind !== 'limited' || result.matched === undefined || result.rule === undefined) return;
     const statKey = result.matched.statKey;
@@ -104,8 +114,8 @@ export class Metrics {
   }
 }
 
-const RULE_STATS = ['total_hits', 'over_limit', 'near_limit', 'within_limit', 'shadow_mode'] as const;
-type RuleStat = (typeof RULE_STATS)[number];
+export const RULE_STATS = ['total_hits', 'over_limit', 'near_limit', 'within_limit', 'shadow_mode'] as const;
+export type RuleStat = (typeof RULE_STATS)[number];
 
 function statLabels(statKey: string): { domain: string; key1: string; key2: string } {
   const [domain = '', key1 = '', key2 = ''] = statKey.split('.');
