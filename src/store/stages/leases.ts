@@ -3,7 +3,7 @@ import { windowStart } from '../../limiter/algorithms/types';
 import type { StoreEvents } from '../events';
 import type { LeaseGrant, SharedOps } from '../shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from '../store';
-import { knownDenial } from './over-limit';
+import { knownDenial, type LocalDenial } from './over-limit';
 import { Stage } from './stage';
 
 export interface LeaseOptions {
@@ -156,15 +156,21 @@ export class LeaseStage extends Stage {
     return undefined;
   }
 
-  // A request with an enforced limit whose lease is exhausted is denied: that limit is known to
-  // have nothing left (remaining 0); the others were not asked, so theirs is unknown.
+  // A request whose every limit is enforced with an exhausted lease is denied here, each known to
+  // have nothing left (remaining 0). A request with any other limit goes on (to Redis, which
+  // denies it all the same and says what the others have left: 0 for them would be a wrong
+  // answer).
   private exhaustedDenial(checks: readonly LimitCheck[]): Decision | undefined {
     const now = this.o.clock.now();
-    const i = checks.findIndex((c) => c.mode === 'enforce' && c.hits > 0 && this.isExhausted(c.key, now));
-    if (i < 0) return undefined;
-    const e = this.exhausted.get(checks[i].key)!;
+    const denials: LocalDenial[] = [];
+    for (const c of checks) {
+      if (c.mode !== 'enforce' || c.hits <= 0 || !this.isExhausted(c.key, now)) return undefined;
+      const e = this.exhausted.get(c.key)!;
+      denials.push({ resetMs: Math.max(0, e.resetMs), retryAfterMs: Math.min(e.retryAfterMs, Math.max(0, e.until - now)) });
+    }
+    if (denials.length === 0) return undefined;
     this.o.events.overLimitCacheHit();
-    return knownDenial(checks, i, Math.max(0, e.resetMs), Math.min(e.retryAfterMs, Math.max(0, e.until - now)));
+    return knownDenial(checks, denials);
   }
 
   private isExhausted(key: string, now: number): boolean {

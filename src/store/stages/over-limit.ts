@@ -44,17 +44,20 @@ export class OverLimitCacheStage extends Stage {
     this.inner.configChanged?.();
   }
 
-  // The denying limit is known exactly (remaining 0, its reset); the other limits of the request
-  // were not asked, so what they have left is unknown and said to be.
+  // Answered here only when every limit of the request is a remembered denial: each is then known
+  // exactly (remaining 0, its reset). A request with any other limit goes to the store, which
+  // denies it all the same (consuming nothing) and says what the other limits have left: the RLS
+  // answer has no way to say "unknown", and 0 would be a wrong answer.
   private cachedDenial(checks: readonly LimitCheck[], now: number): Decision | undefined {
-    let i = -1;
-    let until: number | undefined;
-    while (until === undefined && ++i < checks.length) {
-      if (checks[i].mode === 'enforce') until = this.cache.deniedUntil(checks[i].key, checks[i].hits, now);
+    const denials: LocalDenial[] = [];
+    for (const c of checks) {
+      const until = c.mode === 'enforce' ? this.cache.deniedUntil(c.key, c.hits, now) : undefined;
+      if (until === undefined) return undefined;
+      denials.push({ resetMs: until - now, retryAfterMs: until - now });
     }
-    if (until === undefined) return undefined;
+    if (denials.length === 0) return undefined;
     this.o.events.overLimitCacheHit();
-    return knownDenial(checks, i, until - now, until - now);
+    return knownDenial(checks, denials);
   }
 
   private remember(checks: readonly LimitCheck[], decision: Decision, now: number): void {
@@ -67,14 +70,21 @@ export class OverLimitCacheStage extends Stage {
   }
 }
 
-// A request denied without asking the store: check `i` is known to have nothing left (remaining
-// 0, its reset, its retry-after; its whole capacity in use, for near-limit statistics); the other
-// limits were not asked, so what they have left is unknown and said to be.
-export function knownDenial(checks: readonly LimitCheck[], i: number, resetMs: number, retryAfterMs: number): Decision {
-  const outcomes = checks.map((c, j): LimitOutcome =>
-    j === i
-      ? { allowed: false, consumed: false, remaining: 0, resetMs, retryAfterMs, usedBefore: c.algorithm === 'token_bucket' || c.algorithm === 'gcra' ? c.burst : c.limit }
-      : { allowed: true, consumed: false, remaining: undefined, resetMs: undefined, retryAfterMs: 0, usedBefore: 0 },
-  );
+export interface LocalDenial {
+  resetMs: number;
+  retryAfterMs: number;
+}
+
+// A request denied without asking the store, every one of its limits known to have nothing left
+// (remaining 0, its reset, its retry-after; its whole capacity in use, for near-limit statistics).
+export function knownDenial(checks: readonly LimitCheck[], denials: readonly LocalDenial[]): Decision {
+  const outcomes = checks.map((c, j): LimitOutcome => ({
+    allowed: false,
+    consumed: false,
+    remaining: 0,
+    resetMs: denials[j].resetMs,
+    retryAfterMs: denials[j].retryAfterMs,
+    usedBefore: c.algorithm === 'token_bucket' || c.algorithm === 'gcra' ? c.burst : c.limit,
+  }));
   return { admitted: false, outcomes };
 }
