@@ -5,12 +5,14 @@ import { decisionsChart } from './chart';
 import { type DecisionRow, decisionsBench } from './decisions';
 import { fleetBench } from './fleet';
 import { capBench, memoryPerKey, microBench } from './micro';
+import { peerBench, peerChart, peerTable } from './peer';
 import { KEY_BYTES, redisMemory } from './redis-memory';
 
 const CHART = path.resolve(__dirname, '../../docs/performance.svg');
+const PEER_CHART = path.resolve(__dirname, '../../docs/peer.svg');
 
 // Only the sections named in BENCH_SECTIONS (comma-separated: micro, memory, redis-memory,
-// decisions, fleet) run; all by default.
+// decisions, fleet, peer) run; all by default.
 function wanted(section: string): boolean {
   const only = process.env.BENCH_SECTIONS;
   return only === undefined || only.split(',').map((s) => s.trim()).includes(section);
@@ -70,6 +72,22 @@ async function main(): Promise<void> {
       console.log(`  ${fleet.command}`);
       console.log(`  per replica ${fleet.perReplica.map(fmt).join(' + ')} = ${fmt(fleet.total)} req/s`);
       console.log(`  degraded answers ${fleet.degraded}, breaker transitions ${fleet.breakerTransitions}, hits served from leases ${fleet.leaseServed}, failed or non-2xx ${fleet.failedOrNot2xx}`);
+    }
+  }
+  if (wanted('peer')) {
+    console.log(`\nBeside envoyproxy/ratelimit (Go), same redis-server, YAML and requests; ${fmt(requests)} requests a row, best of 2 alternating rounds, 4 connections x 32 streams, grpc-timeout 1S:`);
+    const p = await peerBench(requests);
+    if (typeof p === 'string') console.log(`  ${p}`);
+    else {
+      console.log(`  upstream: ${p.install}`);
+      console.log(`  ${p.pinning}`);
+      for (const c of p.commands) console.log(`  ${c}`);
+      console.log('');
+      console.log(peerTable(p.rows));
+      const h = p.halfRate.map((r) => `${r.server} ${fmt(r.reqPerSec)}/s, p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms`);
+      console.log(`\n  paced at half upstream's best rate (1 descriptor, hot key; h2load --rps, 16 connections x 1 stream): ${h.join('; ')}`);
+      fs.writeFileSync(PEER_CHART, peerChart(p.rows, `${machine}, node ${process.version}; ${p.pinning.startsWith('unpinned') ? 'unpinned' : 'each service on core 1, Redis and h2load on core 0'}; BENCH_SECTIONS=peer npm run bench, ${new Date().toISOString().slice(0, 10)}`));
+      console.log(`  chart: ${path.relative(process.cwd(), PEER_CHART)}`);
     }
   }
 }

@@ -1,0 +1,385 @@
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
+import { type RedisNode, startRedis } from '../test/support/redis';
+import { spawnServer, type ServerProcess } from '../test/support/process';
+import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, waitReady } from './fleet';
+
+// envoyproxy/ratelimit (Go) beside sluice, in one run: the same redis-server, the same YAML (fixed
+// window, limits never reached), the same requests (1 and 3 descriptors, one hot key, h2load with
+// grpc-timeout 1S), each service pinned to one core (taskset -c 1; GOMAXPROCS=1 for Go), Redis and
+// h2load on the other core, rounds alternating between the services; the best round of each is kept.
+// Upstream is installed once, pinned, with `go install` into a cache directory (never committed).
+
+export const UPSTREAM_VERSION = 'v1.4.1-0.20260122083618-3fb702589d36';
+export const UPSTREAM_MODULE = 'github.com/envoyproxy/ratelimit/src/service_cmd';
+const CLK_TCK = 100;
+const ROUNDS = 2;
+const PACED_CONNECTIONS = 16;
+
+export const UPSTREAM_MISSING =
+  `Go not found (go version): install Go (https://go.dev/dl/, or apt-get install golang-go) and rerun; ` +
+  `the section then runs GOBIN=<cache> go install ${UPSTREAM_MODULE}@${UPSTREAM_VERSION} once`;
+
+export type PeerServer = 'upstream' | 'upstream, pipeline 150us' | 'sluice, leases off' | 'sluice, leases on';
+
+export interface PeerRow {
+  server: PeerServer;
+  descriptors: number;
+  reqPerSec: number;
+  p50Ms: number;
+  p99Ms: number;
+  serverCpuUsPerReq: number;
+  redisCpuUsPerDescriptor: number;
+  // Redis commands (all but INFO, counting those run inside scripts) per request: upstream
+  // pipelines INCRBY + EXPIRE per descriptor.
+  redisCommandsPerReq: number;
+  // Ratios to the better upstream row (defaults or pipeline window) of the same descriptor count.
+  rateRatio: number;
+  cpuRatio: number;
+  redisRatio: number;
+  // sluice only: answers not decided by Redis (must be 0), and hits served from leases.
+  degraded?: number;
+  leaseServed?: number;
+}
+
+export interface PeerBench {
+  rows: PeerRow[];
+  // Paced at half upstream's best rate (1 descriptor): p50/p99 of each service.
+  halfRate: { server: PeerServer; reqPerSec: number; p50Ms: number; p99Ms: number }[];
+  binary: string;
+  install: string;
+  pinning: string;
+  commands: string[];
+}
+
+interface Running {
+  name: PeerServer;
+  grpcPort: number;
+  pid: number;
+  // sluice only: its /metrics.
+  metricsUrl?: string;
+  stop(): Promise<unknown>;
+}
+
+function cacheDir(): string {
+  const base = process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache');
+  return path.join(base, 'sluice-bench', `ratelimit-${UPSTREAM_VERSION}`);
+}
+
+function goAvailable(): boolean {
+  const r = spawnSync('go', ['version']);
+  return !r.error && r.status === 0;
+}
+
+// The pinned upstream binary, installed on first use.
+function upstreamBinary(): { binary: string; install: string } {
+  const dir = cacheDir();
+  const binary = path.join(dir, 'service_cmd');
+  const install = `GOBIN=${dir} go install ${UPSTREAM_MODULE}@${UPSTREAM_VERSION}`;
+  if (!fs.existsSync(binary)) {
+    fs.mkdirSync(dir, { recursive: true });
+    console.log(`  installing upstream once: ${install}`);
+    execFileSync('go', ['install', `${UPSTREAM_MODULE}@${UPSTREAM_VERSION}`], { env: { ...process.env, GOBIN: dir }, stdio: 'inherit', cwd: os.tmpdir() });
+  }
+  return { binary, install };
+}
+
+function tasksetAvailable(): boolean {
+  return !spawnSync('taskset', ['--version']).error && os.cpus().length >= 2;
+}
+
+// Moves every thread of a process to the given CPU list; threads it starts later inherit it.
+function pin(pid: number, cpus: string): void {
+  execFileSync('taskset', ['-a', '-p', '-c', cpus, String(pid)], { stdio: 'ignore' });
+}
+
+function affinityMask(pid: number): string {
+  return /: ([0-9a-f]+)\s*$/.exec(execFileSync('taskset', ['-p', String(pid)], { encoding: 'utf8' }))![1];
+}
+
+function cpuSeconds(pid: number): number {
+  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+}
+
+async function redisCounters(node: RedisNode): Promise<{ cpu: number; commands: number }> {
+  const cpu = [...(await node.cli('INFO', 'cpu')).matchAll(/used_cpu_(?:user|sys):([\d.]+)/g)].reduce((a, m) => a + Number(m[1]), 0);
+  const commands = [...(await node.cli('INFO', 'commandstats')).matchAll(/cmdstat_(\w+):calls=(\d+)/g)].filter((m) => m[1] !== 'info').reduce((a, m) => a + Number(m[2]), 0);
+  return { cpu, commands };
+}
+
+// The same file for both services: upstream's format, nothing else (upstream rejects unknown
+// keys), so the default algorithm, fixed window, applies; limits far above what is sent.
+function writeConfig(root: string): void {
+  const limit = '{ unit: minute, requests_per_unit: 1000000000 }';
+  const dir = path.join(root, 'bench', 'config');
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(
+    path.join(dir, 'bench.yaml'),
+    [
+      'domain: bench',
+      'descriptors:',
+      '  - key: tenant',
+      `    rate_limit: ${limit}`,
+      '    descriptors:',
+      '      - key: route',
+      `        rate_limit: ${limit}`,
+      '  - key: remote_address',
+      `    rate_limit: ${limit}`,
+      '',
+    ].join('\n'),
+  );
+}
+
+// 1 descriptor: a tenant; 3: the tenant, the tenant on a route, the client address.
+export function peerRequest(descriptors: 1 | 3): RateLimitRequest {
+  const tenant = { key: 'tenant', value: 'cust_ent_9942' };
+  const all = [
+    { entries: [tenant] },
+    { entries: [tenant, { key: 'route', value: '/v1/payments/checkout' }] },
+    { entries: [{ key: 'remote_address', value: '198.51.100.7' }] },
+  ];
+  return { domain: 'bench', descriptors: all.slice(0, descriptors), hitsAddend: 0 };
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function startUpstream(name: PeerServer, binary: string, root: string, redisPort: number, pinned: boolean, extraEnv: Record<string, string>): Promise<Running> {
+  const [grpcPort, httpPort, debugPort] = [await freePort(), await freePort(), await freePort()];
+  const env = {
+    PATH: process.env.PATH ?? '',
+    GOMAXPROCS: '1',
+    USE_STATSD: 'false',
+    BACKEND_TYPE: 'redis',
+    REDIS_SOCKET_TYPE: 'tcp',
+    REDIS_URL: `127.0.0.1:${redisPort}`,
+    RUNTIME_ROOT: root,
+    RUNTIME_SUBDIRECTORY: 'bench',
+    RUNTIME_WATCH_ROOT: 'false',
+    HOST: '127.0.0.1',
+    GRPC_HOST: '127.0.0.1',
+    DEBUG_HOST: '127.0.0.1',
+    GRPC_PORT: String(grpcPort),
+    PORT: String(httpPort),
+    DEBUG_PORT: String(debugPort),
+    LOG_LEVEL: 'warn',
+    ...extraEnv,
+  };
+  const [cmd, args] = pinned ? ['taskset', ['-c', '1', binary]] : [binary, []];
+  const child: ChildProcess = spawn(cmd, args, { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr!.on('data', (c: Buffer) => (stderr = (stderr + c.toString()).slice(-4000)));
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+    await exited;
+  };
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${name} exited with ${child.exitCode}: ${stderr}`);
+    try {
+      const res = await fetch(`http://127.0.0.1:${httpPort}/healthcheck`);
+      await res.text();
+      if (res.status === 200) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      await stop();
+      throw new Error(`${name} not healthy on :${httpPort} after 20 s: ${stderr}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { name, grpcPort, pid: child.pid!, stop };
+}
+
+async function startSluice(name: PeerServer, root: string, redisPort: number, pinned: boolean, leases: boolean): Promise<Running> {
+  const server: ServerProcess = await spawnServer([
+    ...['--config', path.join(root, 'bench', 'config'), '--log-level', 'info', '--store', 'redis', '--redis-url', `127.0.0.1:${redisPort}`],
+    ...(leases ? [] : ['--lease-auto-threshold', '0']),
+  ]);
+  if (pinned) pin(server.child.pid!, '1');
+  await waitReady(server);
+  return { name, grpcPort: server.grpcPort, pid: server.child.pid!, metricsUrl: `http://127.0.0.1:${server.httpPort}/metrics`, stop: () => server.stop() };
+}
+
+type Measured = Omit<PeerRow, 'rateRatio' | 'cpuRatio' | 'redisRatio' | 'degraded' | 'leaseServed'>;
+
+async function measureRow(t: Running, redis: RedisNode, descriptors: 1 | 3, requests: number): Promise<Measured> {
+  const request = peerRequest(descriptors);
+  await runH2load({ port: t.grpcPort, request, requests: Math.min(20_000, requests) }); // warm-up
+  const cpu0 = cpuSeconds(t.pid);
+  const r0 = await redisCounters(redis);
+  const r = await runH2load({ port: t.grpcPort, request, requests, latencies: true });
+  const cpu1 = cpuSeconds(t.pid);
+  const r1 = await redisCounters(redis);
+  if (r.succeeded !== requests || r.status2xx !== requests) throw new Error(`${t.name}: ${requests - r.succeeded} requests failed:\n${r.output}`);
+  const lat = r.latenciesMs ?? [];
+  return {
+    server: t.name,
+    descriptors,
+    reqPerSec: r.reqPerSec,
+    p50Ms: percentile(lat, 50),
+    p99Ms: percentile(lat, 99),
+    serverCpuUsPerReq: ((cpu1 - cpu0) * 1e6) / requests,
+    redisCpuUsPerDescriptor: ((r1.cpu - r0.cpu) * 1e6) / (requests * descriptors),
+    redisCommandsPerReq: (r1.commands - r0.commands) / requests, // INFO itself excluded by name
+  };
+}
+
+export async function peerBench(requests: number): Promise<PeerBench | string> {
+  if (!goAvailable()) return `skipped: ${UPSTREAM_MISSING}`;
+  if (!h2loadAvailable()) return `skipped: ${H2LOAD_MISSING}`;
+  let upstream: { binary: string; install: string };
+  try {
+    upstream = upstreamBinary();
+  } catch (err) {
+    return `skipped: installing upstream failed (${(err as Error).message.split('\n')[0]}); ${UPSTREAM_MISSING.replace(/^Go not found \(go version\): /, '')}`;
+  }
+  const { binary, install } = upstream;
+  const pinned = tasksetAvailable();
+  const pinning = pinned
+    ? 'each service pinned to core 1 (taskset -c 1; GOMAXPROCS=1 for upstream), redis-server and h2load on core 0'
+    : `unpinned: ${os.cpus().length < 2 ? 'fewer than 2 cores' : 'taskset not found (util-linux)'}`;
+  // This process on core 0 while the section runs, so that redis-server and every h2load it starts
+  // inherit core 0; the services are moved (or started) on core 1.
+  const ownMask = pinned ? affinityMask(process.pid) : '';
+  if (pinned) pin(process.pid, '0');
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-peer-'));
+  writeConfig(root);
+  const redis = await startRedis();
+  const servers: Running[] = [];
+  try {
+    servers.push(await startUpstream('upstream', binary, root, redis.port, pinned, {}));
+    servers.push(await startUpstream('upstream, pipeline 150us', binary, root, redis.port, pinned, { REDIS_PIPELINE_WINDOW: '150us' }));
+    servers.push(await startSluice('sluice, leases off', root, redis.port, pinned, false));
+    servers.push(await startSluice('sluice, leases on', root, redis.port, pinned, true));
+
+    // Rounds alternate between the services; the best (highest rate) round of each is kept.
+    const best = new Map<string, Measured>();
+    for (const descriptors of [1, 3] as const) {
+      for (let round = 0; round < ROUNDS; round++) {
+        for (const t of servers) {
+          const m = await measureRow(t, redis, descriptors, requests);
+          const k = `${t.name}/${descriptors}`;
+          if (!best.has(k) || best.get(k)!.reqPerSec < m.reqPerSec) best.set(k, m);
+        }
+      }
+    }
+
+    const rows: PeerRow[] = [];
+    for (const descriptors of [1, 3]) {
+      const ups = servers.filter((s) => s.name.startsWith('upstream')).map((s) => best.get(`${s.name}/${descriptors}`)!);
+      const ref = ups.reduce((a, b) => (b.reqPerSec > a.reqPerSec ? b : a));
+      for (const t of servers) {
+        const m = best.get(`${t.name}/${descriptors}`)!;
+        rows.push({ ...m, rateRatio: m.reqPerSec / ref.reqPerSec, cpuRatio: m.serverCpuUsPerReq / ref.serverCpuUsPerReq, redisRatio: m.redisCpuUsPerDescriptor / ref.redisCpuUsPerDescriptor });
+      }
+    }
+
+    // Latency at half upstream's best rate (1 descriptor, hot key), paced (h2load --rps) on 16
+    // connections x 1 stream: one stream per connection, so no bursts, and each connection's pace
+    // (a request every ~2 ms here) stays above either service's latency.
+    const ref1 = rows.filter((r) => r.descriptors === 1 && r.server.startsWith('upstream')).reduce((a, b) => (b.reqPerSec > a.reqPerSec ? b : a));
+    const perConnection = Math.max(1, Math.round(ref1.reqPerSec / 2 / PACED_CONNECTIONS));
+    const halfRate: PeerBench['halfRate'] = [];
+    for (const t of servers.filter((s) => s.name === ref1.server || s.name.startsWith('sluice'))) {
+      const r = await runH2load({ port: t.grpcPort, request: peerRequest(1), requests: perConnection * PACED_CONNECTIONS * 10, connections: PACED_CONNECTIONS, streams: 1, rpsPerConnection: perConnection, latencies: true });
+      const lat = r.latenciesMs ?? [];
+      halfRate.push({ server: t.name, reqPerSec: r.reqPerSec, p50Ms: percentile(lat, 50), p99Ms: percentile(lat, 99) });
+    }
+
+    // Every sluice answer must have come from Redis (or a lease granted by Redis).
+    for (const t of servers.filter((s) => s.metricsUrl)) {
+      const metrics = await (await fetch(t.metricsUrl!)).text();
+      const degraded = metricSum(metrics, 'sluice_degraded_decisions_total');
+      const failed = metricSum(metrics, 'sluice_requests_total', { code: 'UNAVAILABLE' }) + metricSum(metrics, 'sluice_requests_total', { code: 'INTERNAL' });
+      for (const r of rows.filter((x) => x.server === t.name)) {
+        r.degraded = degraded;
+        r.leaseServed = metricSum(metrics, 'sluice_lease_hits_served_locally_total');
+      }
+      if (degraded > 0 || failed > 0) throw new Error(`${t.name} answered ${degraded} requests without Redis (degraded) and failed ${failed}: its rows are not Redis decisions`);
+    }
+    return {
+      rows,
+      halfRate,
+      binary,
+      install,
+      pinning,
+      commands: [
+        "h2load -n N -c 4 -m 32 -t 1 -d <request> -H 'content-type: application/grpc' -H 'te: trailers' -H 'grpc-timeout: 1S' --log-file <latencies>",
+        `upstream: GOMAXPROCS=1 USE_STATSD=false BACKEND_TYPE=redis REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:<port> RUNTIME_ROOT=<dir> RUNTIME_SUBDIRECTORY=bench RUNTIME_WATCH_ROOT=false LOG_LEVEL=warn [REDIS_PIPELINE_WINDOW=150us] ${pinned ? 'taskset -c 1 ' : ''}service_cmd`,
+        `sluice: node dist/src/main.js serve --config <dir>/bench/config --store redis --redis-url 127.0.0.1:<port> [--lease-auto-threshold 0]${pinned ? ' (then taskset -a -p -c 1 <pid>)' : ''}`,
+      ],
+    };
+  } finally {
+    for (const s of servers) await s.stop();
+    await redis.stop();
+    fs.rmSync(root, { recursive: true, force: true });
+    if (pinned) execFileSync('taskset', ['-a', '-p', ownMask, String(process.pid)], { stdio: 'ignore' });
+  }
+}
+
+// The README's table: one row per service and request, ratios to the better upstream row.
+export function peerTable(rows: readonly PeerRow[]): string {
+  const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
+  const lines = [
+    '| server | descriptors | decisions/s (1 core) | × upstream | p50 ms | p99 ms | server CPU µs/req (× upstream) | Redis CPU µs/descriptor (× upstream) | Redis commands/req (incl. in scripts) | degraded |',
+    '|---|---|---|---|---|---|---|---|---|---|',
+  ];
+  for (const r of rows) {
+    lines.push(
+      `| ${r.server} | ${r.descriptors} | ${fmt(r.reqPerSec)} | ${r.rateRatio.toFixed(2)} | ${r.p50Ms.toFixed(2)} | ${r.p99Ms.toFixed(2)} | ${r.serverCpuUsPerReq.toFixed(1)} (${r.cpuRatio.toFixed(2)}×) | ${r.redisCpuUsPerDescriptor.toFixed(2)} (${r.redisRatio.toFixed(2)}×) | ${r.redisCommandsPerReq.toFixed(2)} | ${r.degraded ?? '–'} |`,
+    );
+  }
+  return lines.join('\n');
+}
+
+// Horizontal bars (SVG, no dependencies): decisions/s per core of each row, with its ratio to upstream.
+export function peerChart(rows: readonly PeerRow[], caption: string): string {
+  const barHeight = 18;
+  const gap = 6;
+  const groupGap = 14;
+  const left = 270;
+  const width = 900;
+  const max = Math.max(1, ...rows.map((r) => r.reqPerSec));
+  const scale = (width - left - 170) / max;
+  const top = 48;
+  const groups = [...new Set(rows.map((r) => r.descriptors))];
+  const height = top + rows.length * (barHeight + gap) + groups.length * groupGap + 24;
+  const colour: Record<PeerServer, string> = { upstream: '#9e9e9e', 'upstream, pipeline 150us': '#bdbdbd', 'sluice, leases off': '#e45756', 'sluice, leases on': '#4c78a8' };
+  const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;');
+  const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
+  const out = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
+    `<rect width="100%" height="100%" fill="white"/>`,
+    `<text x="10" y="20" font-size="14" font-weight="bold">Decisions/s on one core: sluice beside envoyproxy/ratelimit (same Redis, config and requests)</text>`,
+    `<text x="10" y="38" fill="#555">${esc(caption)}</text>`,
+  ];
+  let y = top;
+  for (const g of groups) {
+    for (const r of rows.filter((x) => x.descriptors === g)) {
+      const w = Math.max(1, r.reqPerSec * scale);
+      out.push(`<text x="${left - 8}" y="${y + 13}" text-anchor="end">${esc(`${r.server}, ${g} descriptor${g === 1 ? '' : 's'}`)}</text>`);
+      out.push(`<rect x="${left}" y="${y}" width="${w.toFixed(1)}" height="${barHeight}" fill="${colour[r.server]}"/>`);
+      out.push(`<text x="${(left + w + 6).toFixed(1)}" y="${y + 13}">${fmt(r.reqPerSec)}/s (${r.rateRatio.toFixed(2)}× upstream)</text>`);
+      y += barHeight + gap;
+    }
+    y += groupGap;
+  }
+  out.push('</svg>');
+  return out.join('\n') + '\n';
+}
