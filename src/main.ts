@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { createApp } from './app';
 import { runCheck, runSimulate, usage } from './cli';
-import { loadSettings, SettingsError } from './settings';
+import { loadSettings, SettingsError, upstreamSettingsNotRead } from './settings';
 
 // Thin on purpose: settings → app → start → signals.
 async function serve(argv: string[]): Promise<void> {
@@ -10,6 +10,10 @@ async function serve(argv: string[]): Promise<void> {
     throw new SettingsError('no config: pass --config PATH (or set CONFIG_PATH, or RUNTIME_ROOT for the upstream layout)');
   }
   const app = createApp(settings);
+  const notRead = upstreamSettingsNotRead(process.env);
+  if (notRead.length > 0) {
+    app.logger.warn({ event: 'upstream_settings_not_read', names: notRead }, `envoyproxy/ratelimit settings that sluice does not read: ${notRead.join(', ')} (docs/migrating.md says what sluice does instead)`);
+  }
   await app.start();
   let stopping = false;
   const stop = (signal: string) => {

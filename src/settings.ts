@@ -347,3 +347,35 @@ export function describeSettings(settings: Settings): Record<string, unknown> {
   out.redisUrl = redactRedisUrl(settings.redisUrl);
   return out;
 }
+
+// envoyproxy/ratelimit's settings that sluice does not read (docs/migrating.md says what sluice
+// does instead of each). Set in the environment, they are named in a start-up warning: a migration
+// should not depend on one without knowing.
+const UPSTREAM_NOT_READ: readonly (string | RegExp)[] = [
+  'CONFIG_TYPE',
+  /^CONFIG_GRPC_XDS_/,
+  /^XDS_CLIENT_/,
+  'FORCE_START_WITHOUT_INITIAL_CONFIG',
+  'HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED',
+  'RUNTIME_WATCH_ROOT',
+  'RUNTIME_IGNOREDOTFILES',
+  /^MEMCACHE_/,
+  /^REDIS_PERSECOND/,
+  'REDIS_SOCKET_TYPE',
+  'REDIS_PIPELINE_WINDOW',
+  'REDIS_PIPELINE_LIMIT',
+  'REDIS_CLUSTER_PIPELINE_PARALLELISM',
+  'REDIS_POOL_ON_EMPTY_BEHAVIOR',
+  'REDIS_HEALTH_CHECK_ACTIVE_CONNECTION',
+  /^REDIS_STARTUP_/,
+  'EXPIRATION_JITTER_MAX_SECONDS',
+  'LOCAL_CACHE_SIZE_IN_BYTES',
+  'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT',
+];
+
+export function upstreamSettingsNotRead(env: NodeJS.ProcessEnv): string[] {
+  const read = new Set(SETTINGS.flatMap((s) => s.env));
+  return Object.keys(env)
+    .filter((name) => !read.has(name) && UPSTREAM_NOT_READ.some((p) => (typeof p === 'string' ? p === name : p.test(name))))
+    .sort();
+}

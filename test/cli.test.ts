@@ -95,6 +95,30 @@ describe('sluice serve (spawned process)', () => {
     }
   });
 
+  test('upstream settings sluice does not read are named in a start-up warning', async () => {
+    const server = await spawnServer(['--config', 'examples/config'], {
+      LOCAL_CACHE_SIZE_IN_BYTES: '1048576',
+      REDIS_PERSECOND_URL: '127.0.0.1:6380',
+      STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true',
+      // Read by sluice: not named.
+      REDIS_POOL_SIZE: '2',
+    });
+    try {
+      const line = await server.waitForLog((l) => l.event === 'upstream_settings_not_read');
+      assert.equal(line.level, 'warn');
+      assert.deepEqual(line.names, ['LOCAL_CACHE_SIZE_IN_BYTES', 'REDIS_PERSECOND_URL', 'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT']);
+    } finally {
+      await server.stop();
+    }
+    const quiet = await spawnServer(['--config', 'examples/config']);
+    try {
+      await quiet.waitForLog((l) => l.event === 'listening');
+      assert.equal(quiet.logs.some((l) => l.event === 'upstream_settings_not_read'), false);
+    } finally {
+      await quiet.stop();
+    }
+  });
+
   test('bad settings stop startup with a message naming the setting', async () => {
     const bad = await runCli(['serve', '--config', 'examples/config', '--grpc-port', 'eighty']);
     assert.equal(bad.code, 2);
