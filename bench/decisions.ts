@@ -1,11 +1,11 @@
 import { type ChildProcess, execFile, spawn, spawnSync } from 'node:child_process';
-import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
 import { promisify } from 'node:util';
 import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { type RedisNode, startRedis } from '../test/support/redis';
 import { spawnServer, type ServerProcess } from '../test/support/process';
+import { processCpuSeconds, redisCpuSeconds } from './cpu';
 import { FLEET_ALGORITHMS, fleetConfigDir, H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load } from './fleet';
 
 // The cost of a decision, in one run: the same requests, sent with a deadline (grpc-timeout 1S,
@@ -18,7 +18,6 @@ import { FLEET_ALGORITHMS, fleetConfigDir, H2LOAD_MISSING, h2loadAvailable, metr
 const execFileAsync = promisify(execFile);
 const EMPTY_SERVER = path.join(__dirname, 'empty-server.js');
 const KEYS_LOAD = path.join(__dirname, 'keys-load.js');
-const CLK_TCK = 100;
 
 export type Target = 'empty handler' | 'memory store' | 'Redis store';
 
@@ -56,17 +55,6 @@ interface Target_ {
   stop(): Promise<unknown>;
 }
 
-// CPU seconds a process used so far (user + system).
-function cpuSeconds(pid: number): number {
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
-}
-
-async function redisCpu(node: RedisNode): Promise<number> {
-  const info = await node.cli('INFO', 'cpu');
-  return [...info.matchAll(/used_cpu_(?:user|sys):([\d.]+)/g)].reduce((a, m) => a + Number(m[1]), 0);
-}
-
 function startEmpty(): Promise<Target_> {
   return new Promise((resolve, reject) => {
     const child: ChildProcess = spawn(process.execPath, [EMPTY_SERVER], { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -99,11 +87,11 @@ interface Measured {
 }
 
 async function measure(target: Target_, redis: RedisNode | undefined, requests: number, run: () => Promise<{ reqPerSec: number; p50Ms: number; p99Ms: number }>): Promise<Measured> {
-  const cpu0 = cpuSeconds(target.pid);
-  const r0 = redis ? await redisCpu(redis) : 0;
+  const cpu0 = processCpuSeconds(target.pid);
+  const r0 = redis ? await redisCpuSeconds(redis) : 0;
   const r = await run();
-  const cpu1 = cpuSeconds(target.pid);
-  const r1 = redis ? await redisCpu(redis) : 0;
+  const cpu1 = processCpuSeconds(target.pid);
+  const r1 = redis ? await redisCpuSeconds(redis) : 0;
   return { ...r, serverCpuUsPerReq: ((cpu1 - cpu0) * 1e6) / requests, redisCpuUsPerReq: redis ? ((r1 - r0) * 1e6) / requests : undefined };
 }
 
@@ -133,9 +121,9 @@ async function keysRow(target: Target_, redis: RedisNode | undefined, descriptor
 async function minimalScript(node: RedisNode): Promise<number> {
   const sha = await node.cli('SCRIPT', 'LOAD', "redis.call('INCRBY', KEYS[1], ARGV[1]) redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1");
   const n = 300_000;
-  const before = await redisCpu(node);
+  const before = await redisCpuSeconds(node);
   await execFileAsync('redis-benchmark', ['-p', String(node.port), '-c', '16', '-P', '16', '-n', String(n), '-q', 'EVALSHA', sha, '1', 'bench:minimal', '1', '60000']);
-  return (((await redisCpu(node)) - before) * 1e6) / n;
+  return (((await redisCpuSeconds(node)) - before) * 1e6) / n;
 }
 
 export async function decisionsBench(requests: number, keyRequests = Math.round(requests / 2)): Promise<DecisionsBench | string> {

@@ -6,6 +6,8 @@ import path from 'node:path';
 import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { type RedisNode, startRedis } from '../test/support/redis';
 import { spawnServer, type ServerProcess } from '../test/support/process';
+import { horizontalBars } from './chart';
+import { processCpuSeconds, redisCpuSeconds } from './cpu';
 import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, waitReady } from './fleet';
 
 // envoyproxy/ratelimit (Go) beside sluice, in one run: the same redis-server, the same YAML (fixed
@@ -16,7 +18,6 @@ import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, wait
 
 export const UPSTREAM_VERSION = 'v1.4.1-0.20260122083618-3fb702589d36';
 export const UPSTREAM_MODULE = 'github.com/envoyproxy/ratelimit/src/service_cmd';
-const CLK_TCK = 100;
 const ROUNDS = 2;
 const PACED_CONNECTIONS = 16;
 
@@ -101,13 +102,8 @@ function affinityMask(pid: number): string {
   return /: ([0-9a-f]+)\s*$/.exec(execFileSync('taskset', ['-p', String(pid)], { encoding: 'utf8' }))![1];
 }
 
-function cpuSeconds(pid: number): number {
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
-}
-
 async function redisCounters(node: RedisNode): Promise<{ cpu: number; commands: number }> {
-  const cpu = [...(await node.cli('INFO', 'cpu')).matchAll(/used_cpu_(?:user|sys):([\d.]+)/g)].reduce((a, m) => a + Number(m[1]), 0);
+  const cpu = await redisCpuSeconds(node);
   const commands = [...(await node.cli('INFO', 'commandstats')).matchAll(/cmdstat_(\w+):calls=(\d+)/g)].filter((m) => m[1] !== 'info').reduce((a, m) => a + Number(m[2]), 0);
   return { cpu, commands };
 }
@@ -221,10 +217,10 @@ type Measured = Omit<PeerRow, 'rateRatio' | 'cpuRatio' | 'redisRatio' | 'degrade
 async function measureRow(t: Running, redis: RedisNode, descriptors: 1 | 3, requests: number): Promise<Measured> {
   const request = peerRequest(descriptors);
   await runH2load({ port: t.grpcPort, request, requests: Math.min(20_000, requests) }); // warm-up
-  const cpu0 = cpuSeconds(t.pid);
+  const cpu0 = processCpuSeconds(t.pid);
   const r0 = await redisCounters(redis);
   const r = await runH2load({ port: t.grpcPort, request, requests, latencies: true });
-  const cpu1 = cpuSeconds(t.pid);
+  const cpu1 = processCpuSeconds(t.pid);
   const r1 = await redisCounters(redis);
   if (r.succeeded !== requests || r.status2xx !== requests) throw new Error(`${t.name}: ${requests - r.succeeded} requests failed:\n${r.output}`);
   const lat = r.latenciesMs ?? [];
@@ -348,38 +344,21 @@ export function peerTable(rows: readonly PeerRow[]): string {
   return lines.join('\n');
 }
 
-// Horizontal bars (SVG, no dependencies): decisions/s per core of each row, with its ratio to upstream.
+// Decisions/s per core of each row, with its ratio to upstream, grouped by descriptors.
 export function peerChart(rows: readonly PeerRow[], caption: string): string {
-  const barHeight = 18;
-  const gap = 6;
-  const groupGap = 14;
-  const left = 270;
-  const width = 900;
-  const max = Math.max(1, ...rows.map((r) => r.reqPerSec));
-  const scale = (width - left - 170) / max;
-  const top = 48;
-  const groups = [...new Set(rows.map((r) => r.descriptors))];
-  const height = top + rows.length * (barHeight + gap) + groups.length * groupGap + 24;
   const colour: Record<PeerServer, string> = { upstream: '#9e9e9e', 'upstream, pipeline 150us': '#bdbdbd', 'sluice, leases off': '#e45756', 'sluice, leases on': '#4c78a8' };
-  const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;');
-  const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
-  const out = [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
-    `<rect width="100%" height="100%" fill="white"/>`,
-    `<text x="10" y="20" font-size="14" font-weight="bold">Decisions/s on one core: sluice beside envoyproxy/ratelimit (same Redis, config and requests)</text>`,
-    `<text x="10" y="38" fill="#555">${esc(caption)}</text>`,
-  ];
-  let y = top;
-  for (const g of groups) {
-    for (const r of rows.filter((x) => x.descriptors === g)) {
-      const w = Math.max(1, r.reqPerSec * scale);
-      out.push(`<text x="${left - 8}" y="${y + 13}" text-anchor="end">${esc(`${r.server}, ${g} descriptor${g === 1 ? '' : 's'}`)}</text>`);
-      out.push(`<rect x="${left}" y="${y}" width="${w.toFixed(1)}" height="${barHeight}" fill="${colour[r.server]}"/>`);
-      out.push(`<text x="${(left + w + 6).toFixed(1)}" y="${y + 13}">${fmt(r.reqPerSec)}/s (${r.rateRatio.toFixed(2)}× upstream)</text>`);
-      y += barHeight + gap;
-    }
-    y += groupGap;
-  }
-  out.push('</svg>');
-  return out.join('\n') + '\n';
+  const sorted = [...new Set(rows.map((r) => r.descriptors))].flatMap((g) => rows.filter((r) => r.descriptors === g));
+  return horizontalBars({
+    title: 'Decisions/s on one core: sluice beside envoyproxy/ratelimit (same Redis, config and requests)',
+    caption,
+    left: 270,
+    width: 900,
+    bars: sorted.map((r, i) => ({
+      label: `${r.server}, ${r.descriptors} descriptor${r.descriptors === 1 ? '' : 's'}`,
+      value: r.reqPerSec,
+      text: `${Math.round(r.reqPerSec).toLocaleString('en-US')}/s (${r.rateRatio.toFixed(2)}× upstream)`,
+      colour: colour[r.server],
+      groupStart: i > 0 && sorted[i - 1].descriptors !== r.descriptors,
+    })),
+  });
 }

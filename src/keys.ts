@@ -59,9 +59,13 @@ function valuePart(key: string, value: string, hashing: ValueHashing | undefined
   return escapeKeyPart(value);
 }
 
+// An entry's value as its counter sees it: an address aggregated to the rule's `ip_prefix`.
+function counterValue(e: { key: string; value: string }, parts: KeyParts): string {
+  return parts.ipPrefix !== undefined && ADDRESS_KEYS.has(e.key) ? aggregateIp(e.value, parts.ipPrefix) : e.value;
+}
+
 function entryPart(e: { key: string; value: string }, parts: KeyParts, options: KeyOptions): string {
-  const value = parts.ipPrefix !== undefined && ADDRESS_KEYS.has(e.key) ? aggregateIp(e.value, parts.ipPrefix) : e.value;
-  return `${escapeKeyPart(e.key)}=${valuePart(e.key, value, options.hashing)}`;
+  return `${escapeKeyPart(e.key)}=${valuePart(e.key, counterValue(e, parts), options.hashing)}`;
 }
 
 export function counterKey(parts: KeyParts, options: KeyOptions): string {
@@ -97,10 +101,7 @@ export function upstreamKey(parts: KeyParts, prefix: string, nowMs: number): str
   const divider = UPSTREAM_DIVIDERS.get(parts.periodMs);
   if (divider === undefined || parts.algorithm !== 'fixed_window') throw new Error(`no upstream key for ${parts.algorithm} over ${parts.periodMs} ms`);
   let key = `${prefix}${parts.domain}_`;
-  for (const e of parts.entries) {
-    const value = parts.ipPrefix !== undefined && ADDRESS_KEYS.has(e.key) ? aggregateIp(e.value, parts.ipPrefix) : e.value;
-    key += `${e.key}_${value}_`;
-  }
+  for (const e of parts.entries) key += `${e.key}_${counterValue(e, parts)}_`;
   const seconds = Math.floor(nowMs / 1000);
   return key + String(Math.floor(seconds / divider) * divider);
 }

@@ -538,7 +538,7 @@ function luaAlgorithm(spec: LimitSpec): string {
 // A counter's state as the scripts store it ("a:b[:c]", numbers exact: see lua/algorithms.lua);
 // in upstream's layout a fixed window's count alone, whose window is the current one (the key
 // names its window).
-export function decodeState(raw: unknown, spec?: LimitSpec, nowMs = 0): State | undefined {
+function decodeState(raw: unknown, spec?: LimitSpec, nowMs = 0): State | undefined {
   if (raw === null || raw === undefined) return undefined;
   const text = String(raw);
   if (spec?.layout === 'upstream' && !text.includes(':')) return [windowStart(nowMs, spec.periodMs), Number(text)];
