@@ -341,6 +341,76 @@ end
 
 ALGORITHMS.fixed_window_upstream = fixed_upstream
 
+-- A regional allowance (multi-region mode: GLOBAL_REDIS_URL): units this region leased from the
+-- global budget (lease.lua on the global Redis), which its replicas spend here. Deciding is
+-- spending units: all-or-nothing across a request's limits like any other counter; the global
+-- algorithm already ran when the units were leased. State { units, expires, global remaining,
+-- reset at, retry at, taken at }: times in this Redis' ms except `taken at` (the global Redis'
+-- time of the last lease: its window). Written by credit.lua, taken back by reclaim.lua;
+-- src/store/region/pool.ts mirrors view and decide.
+local pool = {}
+
+local function pool_units(state, now)
+  if state == nil or now >= state[2] then return 0 end
+  return state[1]
+end
+
+local function pool_with(state, units)
+  return { units, state[2], state[3], state[4], state[5], state[6] }
+end
+
+function pool.view(state, s, now)
+  local units = pool_units(state, now)
+  local reset = 0
+  if state ~= nil then reset = math.max(0, state[4] - now) end
+  return math.max(0, units), reset, math.max(0, s.limit - units)
+end
+
+function pool.decide(state, s, hits, now)
+  local units = pool_units(state, now)
+  if state ~= nil and units >= hits then return true, 0, pool_with(state, units - hits) end
+  if state == nil then return hits <= 0, 0, nil end
+  return false, math.max(1, state[5] - now), nil
+end
+
+function pool.ttl(state, s, now)
+  return state[2] - now
+end
+
+-- Units of a decision denied after all (another slot group said no) come back to the allowance.
+function pool.refund(state, s, hits, decided_at, now)
+  if state == nil or now >= state[2] then return state end
+  return pool_with(state, state[1] + hits)
+end
+
+-- Hits a replica's local fallback admitted while this Redis was away are spent from the
+-- allowance; it may go below zero (a debt the next leases pay).
+function pool.absorb(state, s, hits, window, age, now)
+  if state == nil or hits <= 0 or now >= state[2] then return state end
+  return pool_with(state, state[1] - hits)
+end
+
+-- An allowance lost with this Redis' data is not put back: its units are lost to the budget
+-- (under-admission), and the region leases again.
+function pool.restore(state, s, remaining, at, now)
+  return state
+end
+
+function pool.decode(raw)
+  local state = {}
+  for part in string.gmatch(raw, '[^:]+') do state[#state + 1] = tonumber(part) end
+  if #state ~= 6 then error('not a regional allowance: ' .. raw) end
+  return state
+end
+
+function pool.encode(state)
+  local parts = {}
+  for i = 1, #state do parts[i] = encode_number(state[i]) end
+  return table.concat(parts, ':')
+end
+
+ALGORITHMS.pool = pool
+
 -- A counter's state from what GET returned (nil: none), and back, as `impl` stores it.
 local function decode_for(impl, raw, s, now)
   if impl.decode ~= nil then

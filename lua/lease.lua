@@ -5,8 +5,15 @@ more than the limit. Preceded by algorithms.lua when loaded.
 Why one script: reading what remains and taking it must not interleave with other requests.
 
 KEYS[1]  counter key
+KEYS[2]  optional (multi-region: a region leasing from the global budget): the hash of the
+         regions' demand for this counter, field = region, value = "units per second:ms seen"
 ARGV[1]  time in ms, for tests only; "" uses redis.call('TIME')
 ARGV[2..6]  algorithm, limit, period ms, burst, units wanted
+ARGV[7..9]  with KEYS[2]: region, its demand in units per second, ms after which a region's
+         demand is stale. A region then gets at most its share of the demand (of the regions
+         seen lately) of what remains, at least one unit: leases shrink as the budget runs out, so
+         the last units are not stranded in a region that does not need them, and a region whose
+         demand rises gets its share at its next lease.
 
 Returns { units granted, now, remaining after, reset ms, retry-after ms for one unit ("inf" =
 never; 0 when units were granted) }. Unused units go back through refund.lua. --]]
@@ -18,6 +25,20 @@ local impl = ALGORITHMS[s.alg]
 local state = decode_for(impl, redis.call('GET', KEYS[1]), s, now)
 local remaining = impl.view(state, s, now)
 local grant = math.min(wanted, remaining)
+if KEYS[2] ~= nil and remaining > 0 then
+  local rate, stale = tonumber(ARGV[8]), tonumber(ARGV[9])
+  redis.call('HSET', KEYS[2], ARGV[7], num(rate) .. ':' .. num(now))
+  redis.call('PEXPIRE', KEYS[2], math.ceil(stale * 2))
+  local seen = redis.call('HGETALL', KEYS[2])
+  local total = 0
+  for i = 1, #seen, 2 do
+    local r, at = string.match(seen[i + 1], '^([^:]+):(.+)$')
+    if now - tonumber(at) <= stale then total = total + tonumber(r) end
+  end
+  if total > rate and rate >= 0 then
+    grant = math.min(grant, math.max(1, math.floor(remaining * rate / total + 1e-6)))
+  end
+end
 local retry = 0
 if grant > 0 then
   local allowed, _, nxt = impl.decide(state, s, grant, now)

@@ -11,7 +11,10 @@ import { grpcCredentials, type ServerTls, serverTls } from './server/tls';
 import { ConfigWatcher } from './config/watcher';
 import { Metrics } from './server/metrics';
 import { StatsdSink } from './server/statsd';
-import { describeSettings, redactRedisUrl, type Settings } from './settings';
+import { describeSettings, type PartitionPolicy, partitionPolicy, redactRedisUrl, type Settings } from './settings';
+import { regionEvents } from './server/region-events';
+import type { StoreEvents } from './store/events';
+import type { RegionOptions } from './store/region';
 import { MemoryStore } from './store/memory';
 import { storeEvents } from './server/store-events';
 import { createRedisStack, redisStackOptions } from './store/compose';
@@ -42,9 +45,37 @@ function createStore(settings: Settings, metrics: Metrics, logger: Logger, clock
   if (settings.store === 'redis') {
     const events = storeEvents(metrics, logger);
     const redis = new RedisStore({ ...createRedisClients(settings, logger), events, keyPrefix: settings.cacheKeyPrefix });
-    return createRedisStack(redis, events, redisStackOptions(settings));
+    const options = redisStackOptions(settings);
+    if (settings.globalRedisUrl !== '') options.region = regionOptions(settings, metrics, logger, events);
+    return createRedisStack(redis, events, options);
   }
   return createMemoryStore(settings, metrics, logger, clock);
+}
+
+// Multi-region: the global Redis, reached with the regional connection settings but its own URL,
+// type and password.
+function regionOptions(settings: Settings, metrics: Metrics, logger: Logger, events: StoreEvents): RegionOptions {
+  const globalSettings: Settings = { ...settings, redisUrl: settings.globalRedisUrl, redisType: settings.globalRedisType, redisAuth: settings.globalRedisAuth, redisPoolSize: 1 };
+  // Its calls are timed apart from the regional Redis' (operation global_lease, ...).
+  const globalEvents: StoreEvents = { ...events, storeCall: (operation, seconds, ok) => events.storeCall(`global_${operation}`, seconds, ok) };
+  const global = new RedisStore({ ...createRedisClients(globalSettings, logger), events: globalEvents, keyPrefix: settings.cacheKeyPrefix });
+  const region = regionEvents(metrics, logger, settings.region);
+  const domainPolicies = new Map<string, PartitionPolicy>();
+  for (const entry of settings.globalPartitionDomainPolicies) {
+    const eq = entry.lastIndexOf('=');
+    domainPolicies.set(entry.slice(0, eq), partitionPolicy(entry.slice(eq + 1))!);
+  }
+  return {
+    region: settings.region,
+    global,
+    policy: partitionPolicy(settings.globalPartitionPolicy)!,
+    domainPolicies,
+    horizonMs: settings.globalLeaseHorizonMs,
+    leaseTtlMs: settings.globalLeaseTtlMs,
+    timeoutMs: settings.globalTimeoutMs,
+    events: region.events,
+    report: region.watch,
+  };
 }
 
 function createMemoryStore(settings: Settings, metrics: Metrics, logger: Logger, clock?: Clock): Store {

@@ -89,6 +89,17 @@ export interface Settings {
   leaseAutoShare: number;
   leaseTtlMs: number;
   leaseLowWater: number;
+  // Multi-region (docs/multi-region.md): without globalRedisUrl nothing of this applies.
+  region: string;
+  globalRedisUrl: string;
+  globalRedisType: 'single' | 'sentinel' | 'cluster';
+  globalRedisAuth: string;
+  // deny | allow | a share of each limit such as 50% or 0.5 (see partitionPolicy()).
+  globalPartitionPolicy: string;
+  globalPartitionDomainPolicies: string[];
+  globalLeaseHorizonMs: number;
+  globalLeaseTtlMs: number;
+  globalTimeoutMs: number;
   // statsd output with envoyproxy/ratelimit's metric names (server/statsd.ts); off by default.
   statsdEnabled: boolean;
   statsdHost: string;
@@ -171,6 +182,15 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'leaseAutoShare', flag: 'lease-auto-share', env: ['LEASE_AUTO_SHARE'], kind: 'ratio', def: 0.02, help: "units per automatic lease, as a share of the key's limit (at least 1)" },
   { key: 'leaseTtlMs', flag: 'lease-ttl', env: ['LEASE_TTL'], kind: 'duration', def: 1000, help: 'a lease gives back its unused units after this (a window lease at the latest when its window ends)' },
   { key: 'leaseLowWater', flag: 'lease-low-water', env: ['LEASE_LOW_WATER'], kind: 'ratio', def: 0.25, help: 'a lease refills in the background below this share of its size' },
+  { key: 'region', flag: 'region', env: ['REGION'], kind: 'string', def: '', help: 'this replica\'s region (multi-region mode, with GLOBAL_REDIS_URL); replicas of one region share its REDIS_URL' },
+  { key: 'globalRedisUrl', flag: 'global-redis-url', env: ['GLOBAL_REDIS_URL'], kind: 'string', def: '', help: 'the Redis shared by all regions (same forms as REDIS_URL): it holds the global budget, from which each region leases its allowance off the request path; empty = one region' },
+  { key: 'globalRedisType', flag: 'global-redis-type', env: ['GLOBAL_REDIS_TYPE'], kind: 'enum', def: 'single', choices: ['single', 'sentinel', 'cluster'], help: 'deployment of GLOBAL_REDIS_URL' },
+  { key: 'globalRedisAuth', flag: 'global-redis-auth', env: ['GLOBAL_REDIS_AUTH'], kind: 'string', def: '', help: 'password, or user:password, of the global Redis; secret, never logged' },
+  { key: 'globalPartitionPolicy', flag: 'global-partition-policy', env: ['GLOBAL_PARTITION_POLICY'], kind: 'string', def: 'deny', help: 'when the global Redis is unreachable and a key\'s regional allowance is spent: deny, allow, or a share of the limit this region may admit on its own, e.g. 50% (reconciled into the global budget when it is back)' },
+  { key: 'globalPartitionDomainPolicies', flag: 'global-partition-domain-policies', env: ['GLOBAL_PARTITION_DOMAIN_POLICIES'], kind: 'list', def: [], help: 'per-domain partition policy, e.g. payments=deny,search=50%' },
+  { key: 'globalLeaseHorizonMs', flag: 'global-lease-horizon', env: ['GLOBAL_LEASE_HORIZON'], kind: 'duration', def: 2000, help: "a regional lease covers this much of the region's observed demand for the key: longer = fewer calls to the global Redis, more units held in one region" },
+  { key: 'globalLeaseTtlMs', flag: 'global-lease-ttl', env: ['GLOBAL_LEASE_TTL'], kind: 'duration', def: 10_000, help: 'units a region leased and has not used go back to the global budget after this (a window lease ends with its window)' },
+  { key: 'globalTimeoutMs', flag: 'global-timeout', env: ['GLOBAL_TIMEOUT'], kind: 'duration', def: 1000, help: 'a call to the global Redis unanswered this long counts as failed; two failures in a row mean a partition' },
   { key: 'countDeniedHits', flag: 'count-denied-hits', env: ['COUNT_DENIED_HITS'], kind: 'bool', def: false, help: "upstream counting: hits are counted even when the answer is OVER_LIMIT" },
   { key: 'globalShadowMode', flag: 'shadow-mode', env: ['SHADOW_MODE'], kind: 'bool', def: false, help: 'never answer OVER_LIMIT overall (statuses still show it)' },
   { key: 'globalQuotaMode', flag: 'quota-mode', env: ['QUOTA_MODE'], kind: 'bool', def: false, help: 'treat every rule as quota_mode' },
@@ -307,6 +327,7 @@ export function loadSettings(argv: readonly string[] = [], env: NodeJS.ProcessEn
       throw new SettingsError(`FALLBACK_DOMAIN_POLICIES: expected domain=local|allow|deny, got '${entry}'`);
     }
   }
+  validateRegion(settings);
   for (const tag of settings.extraTags) {
     if (!/^[^:]+:.+$/.test(tag)) throw new SettingsError(`EXTRA_TAGS: expected key:value, got '${tag}'`);
   }
@@ -321,11 +342,39 @@ export function loadSettings(argv: readonly string[] = [], env: NodeJS.ProcessEn
   return settings;
 }
 
+// A partition policy: deny, allow, or the share of each limit a cut-off region admits on its own.
+export type PartitionPolicy = { kind: 'deny' } | { kind: 'allow' } | { kind: 'share'; share: number };
+
+export function partitionPolicy(text: string): PartitionPolicy | undefined {
+  const t = text.trim().toLowerCase();
+  if (t === 'deny' || t === 'allow') return { kind: t };
+  const m = /^(\d+(?:\.\d+)?)(%?)$/.exec(t);
+  if (m === null) return undefined;
+  const share = Number(m[1]) / (m[2] === '%' ? 100 : 1);
+  return share > 0 && share <= 1 ? { kind: 'share', share } : undefined;
+}
+
+function validateRegion(s: Settings): void {
+  const policyError = (origin: string, value: string) =>
+    new SettingsError(`${origin}: expected deny, allow or a share such as 50% or 0.5, got '${value}'`);
+  if (partitionPolicy(s.globalPartitionPolicy) === undefined) throw policyError('GLOBAL_PARTITION_POLICY', s.globalPartitionPolicy);
+  for (const entry of s.globalPartitionDomainPolicies) {
+    const eq = entry.lastIndexOf('=');
+    if (eq <= 0 || partitionPolicy(entry.slice(eq + 1)) === undefined) throw policyError('GLOBAL_PARTITION_DOMAIN_POLICIES', entry);
+  }
+  if (s.globalRedisUrl === '') return;
+  if (s.region === '') throw new SettingsError('GLOBAL_REDIS_URL needs REGION: the name of this replica\'s region');
+  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(s.region)) throw new SettingsError(`REGION: expected 1-64 letters, digits, '.', '_' or '-', got '${s.region}'`);
+  if (s.store !== 'redis') throw new SettingsError('GLOBAL_REDIS_URL needs STORE=redis: each region decides on its own Redis (REDIS_URL)');
+  if (s.keyLayout === 'upstream') throw new SettingsError("GLOBAL_REDIS_URL cannot be combined with KEY_LAYOUT=upstream (the global budget is kept in sluice's layout)");
+  if (s.globalRedisType === 'cluster' && s.hashTag === 'none') throw new SettingsError('GLOBAL_REDIS_TYPE=cluster needs KEY_HASH_TAG descriptor or domain: a counter and its regions\' demand must share a slot');
+}
+
 export function defaultSettings(overrides: Partial<Settings> = {}): Settings {
   return { ...loadSettings([], {}), ...overrides };
 }
 
-const SECRET: readonly (keyof Settings)[] = ['redisAuth', 'redisSentinelAuth', 'keyHashSecret'];
+const SECRET: readonly (keyof Settings)[] = ['redisAuth', 'redisSentinelAuth', 'keyHashSecret', 'globalRedisAuth'];
 
 // A Redis URL fit for logs and messages: the credentials (everything between '//' and the last
 // '@': a password may itself contain '@', ':' or '/') become [redacted]; a user name, which cannot
@@ -345,6 +394,7 @@ export function describeSettings(settings: Settings): Record<string, unknown> {
   const out: Record<string, unknown> = { ...settings };
   for (const key of SECRET) if (out[key] !== '') out[key] = '[redacted]';
   out.redisUrl = redactRedisUrl(settings.redisUrl);
+  out.globalRedisUrl = redactRedisUrl(settings.globalRedisUrl);
   return out;
 }
 

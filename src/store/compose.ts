@@ -6,6 +6,7 @@ import type { StoreEvents } from './events';
 import { MAX_BATCH, type RestoreEntry, type SharedOps } from './shared';
 import { MemoryStore } from './memory';
 import type { RedisStore } from './redis';
+import { createRegion, type RegionOptions } from './region';
 import { BreakerStage } from './stages/breaker';
 import { DeadlineStage } from './stages/deadline';
 import { DataEpoch } from './stages/epoch';
@@ -40,6 +41,8 @@ export interface RedisStackOptions {
   // While the breaker is closed, journal entries left by single timeouts are written back this
   // often, ms.
   journalFlushMs: number;
+  // Multi-region (GLOBAL_REDIS_URL): the regional Redis decides against leased allowances.
+  region?: RegionOptions;
 }
 
 export function redisStackOptions(s: Settings): RedisStackOptions {
@@ -73,15 +76,21 @@ export function redisStackOptions(s: Settings): RedisStackOptions {
 // Only what the breaker lets through reaches Redis, within the caller's budget; whatever Redis
 // cannot decide the fallback does, journaling what it admits; the breaker closes again only after
 // a real decision round-tripped and the journal (and pending refunds) reached Redis.
-export function createRedisStack(redis: RedisStore, events: StoreEvents, o: RedisStackOptions): Store {
+export function createRedisStack(regional: RedisStore, events: StoreEvents, o: RedisStackOptions): Store {
   const lag = new LagMonitor();
+  let replicas: ReplicaRegistry | undefined;
+  let deadline: DeadlineStage | undefined;
+  const redis =
+    o.region === undefined
+      ? regional
+      : createRegion(regional, o.region, { clock: o.clock, replicas: () => replicas?.count ?? 1, budgetMs: (options) => deadline?.budgetMs(options) ?? o.storeDeadlineMs });
   const storeClock = new StoreClock(o.clock);
   const local = new MemoryStore({ clock: storeClock, maxKeys: o.memoryMaxKeys });
   const journal = new Journal(redis, o.clock, events);
   const lastKnown = new LastKnown();
   let breaker: BreakerStage | undefined;
   const epoch = new DataEpoch((reason) => breaker?.breaker.trip(reason));
-  const replicas = new ReplicaRegistry(redis, {
+  replicas = new ReplicaRegistry(redis, {
     epoch,
     id: o.replicaId,
     ttlMs: o.replicaTtlMs,
@@ -89,7 +98,7 @@ export function createRedisStack(redis: RedisStore, events: StoreEvents, o: Redi
     clock: o.clock,
     observe: (nowMs, sent, received) => storeClock.observe(nowMs, sent, received),
   });
-  const deadline = new DeadlineStage(redis, { storeDeadlineMs: o.storeDeadlineMs, marginMs: o.deadlineMarginMs, lag });
+  deadline = new DeadlineStage(redis, { storeDeadlineMs: o.storeDeadlineMs, marginMs: o.deadlineMarginMs, lag });
   let fallback: FallbackStage | undefined;
   const recover = async () => {
     const sent = o.clock.now();
@@ -155,7 +164,7 @@ export function createRedisStack(redis: RedisStore, events: StoreEvents, o: Redi
     clearInterval(flusher);
     lag.close();
     if (closed()) await journal.flush().catch(() => undefined);
-    await replicas.close();
+    await replicas?.close();
     await local.close();
   });
 }

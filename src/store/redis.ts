@@ -1,13 +1,14 @@
 import calculateSlot from 'cluster-key-slot';
 import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../clock';
-import { ALGORITHM_IMPLS, type LimitSpec, specOf, type State } from '../limiter/algorithms';
+import { ALGORITHM_IMPLS, type AlgorithmImpl, type LimitSpec, specOf, type State } from '../limiter/algorithms';
 import { windowStart } from '../limiter/algorithms/types';
 import { admits } from '../limiter/policy';
 import type { StoreEvents } from './events';
+import { poolImpl, poolUnits } from './region/pool';
 import { RefundQueue, type RefundQueueOptions } from './refund-queue';
 import { loadScripts, type ScriptName, type Scripts } from './scripts';
-import { PartialWrite, type AbsorbEntry, type LeaseGrant, MAX_BATCH, type RefundEntry, type RestoreEntry, type SharedOps } from './shared';
+import { PartialWrite, type AbsorbEntry, type AllowanceCredit, type LeaseGrant, MAX_BATCH, type RegionDemand, type RefundEntry, type RestoreEntry, type SharedOps } from './shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from './store';
 
 export type RedisClient = Redis | Cluster;
@@ -28,6 +29,8 @@ const COMMAND: Record<ScriptName, string> = {
   lease: 'sluiceLease',
   heartbeat: 'sluiceHeartbeat',
   restore: 'sluiceRestore',
+  credit: 'sluiceCredit',
+  reclaim: 'sluiceReclaim',
 };
 
 interface GroupResult {
@@ -265,15 +268,38 @@ export class RedisStore implements Store, SharedOps {
     await this.inBatches(entries, (batch) => this.refundBatch(batch));
   }
 
-  // Takes up to `units` of a limit's budget (lua/lease.lua).
-  async lease(spec: LimitSpec & { key: string }, units: number): Promise<LeaseGrant> {
-    const r = (await this.run('lease', 'lease', 1, [spec.key, this.time(), luaAlgorithm(spec), spec.limit, spec.periodMs, spec.burst, units])) as unknown[];
+  // Takes up to `units` of a limit's budget (lua/lease.lua); with `demand`, at most the region's
+  // share of what remains (multi-region).
+  async lease(spec: LimitSpec & { key: string }, units: number, demand?: RegionDemand): Promise<LeaseGrant> {
+    const args: Arg[] = [spec.key, this.time(), luaAlgorithm(spec), spec.limit, spec.periodMs, spec.burst, units];
+    if (demand !== undefined) args.splice(1, 0, demand.key);
+    if (demand !== undefined) args.push(demand.region, demand.rate, demand.staleMs);
+    const r = (await this.run('lease', 'lease', demand === undefined ? 1 : 2, args)) as unknown[];
     return { granted: Number(r[0]), takenAtMs: Number(r[1]), remaining: num(r[2]), resetMs: num(r[3]), retryAfterMs: num(r[4]) };
   }
 
   // Gives back `units` taken by a lease at `takenAtMs` (Redis time) that were not used.
   async giveBack(spec: LimitSpec & { key: string }, units: number, takenAtMs: number): Promise<void> {
     await this.run('give_back', 'refund', 1, [spec.key, this.time(), luaAlgorithm(spec), spec.limit, spec.periodMs, spec.burst, units, takenAtMs]);
+  }
+
+  // Adds leased units to a regional allowance and holds (or releases) the region's refill lock
+  // (lua/credit.lua). Returns the units it holds now.
+  async credit(c: AllowanceCredit): Promise<number> {
+    const args: Arg[] = [c.key, c.lockKey, this.time(), c.units, c.ttlMs, c.globalRemaining, c.globalResetMs, c.globalRetryMs === Infinity ? 'inf' : c.globalRetryMs, c.takenAtMs, c.windowMs ?? '', c.holdMs];
+    return Number(await this.run('credit', 'credit', 2, args));
+  }
+
+  // Takes back the units of an allowance expiring within `marginMs` (lua/reclaim.lua).
+  async reclaim(key: string, marginMs: number): Promise<{ units: number; takenAtMs: number }> {
+    const r = (await this.run('reclaim', 'reclaim', 1, [key, this.time(), marginMs])) as unknown[];
+    return { units: Number(r[0]), takenAtMs: Number(r[1]) };
+  }
+
+  // A lock held for `ms` unless another holds it: true when this call got it.
+  async claim(key: string, ms: number): Promise<boolean> {
+    const r = await this.timed('claim', () => this.client().set(key, '1', 'PX', Math.max(1, Math.ceil(ms)), 'NX'));
+    return r === 'OK';
   }
 
   // Puts back what a replica last saw of its counters after Redis lost its data
@@ -532,7 +558,12 @@ function replyTime(raw: unknown): number {
 // The scripts' name of a spec's algorithm: the fixed window in upstream's layout has its own
 // (its state is stored as the count alone; see fixed_window_upstream in lua/algorithms.lua).
 function luaAlgorithm(spec: LimitSpec): string {
+  if (spec.layout === 'pool') return 'pool';
   return spec.layout === 'upstream' ? 'fixed_window_upstream' : spec.algorithm;
+}
+
+function implFor(spec: LimitSpec): AlgorithmImpl {
+  return spec.layout === 'pool' ? poolImpl : ALGORITHM_IMPLS[spec.algorithm];
 }
 
 // A counter's state as the scripts store it ("a:b[:c]", numbers exact: see lua/algorithms.lua);
@@ -549,7 +580,7 @@ function decodeState(raw: unknown, spec?: LimitSpec, nowMs = 0): State | undefin
 // the counter's state before and the script's time: the same view and decide functions as the
 // memory store's, so both stores answer alike.
 function outcomeFrom(c: LimitCheck, flags: number, raw: unknown, now: number): LimitOutcome & { remainingBefore: number; resetBefore: number } {
-  const impl = ALGORITHM_IMPLS[c.algorithm];
+  const impl = implFor(c);
   const before = decodeState(raw, c, now);
   const allowed = (flags & 1) === 1;
   const consumed = (flags & 2) === 2;
@@ -565,6 +596,7 @@ function outcomeFrom(c: LimitCheck, flags: number, raw: unknown, now: number): L
     usedBefore: was.used,
     remainingBefore: was.remaining,
     resetBefore: was.resetMs,
+    ...(c.layout === 'pool' ? { held: before === undefined ? undefined : poolUnits(consumed ? verdict.next : before, now) } : {}),
   };
 }
 
@@ -594,6 +626,7 @@ function strip(o: LimitOutcome & { remainingBefore: number; resetBefore: number 
     resetMs: o.resetMs,
     retryAfterMs: o.retryAfterMs,
     usedBefore: o.usedBefore,
+    ...(o.held !== undefined || 'held' in o ? { held: o.held } : {}),
   };
 }
 

@@ -43,9 +43,35 @@ export interface RestoreEntry extends LimitSpec {
   atMs: number;
 }
 
+// A region's demand for a counter, sent with its leases from the global budget (multi-region).
+export interface RegionDemand {
+  // The hash of the regions' demand for the counter (same hash slot as the counter).
+  key: string;
+  region: string;
+  // Units per second the region spends of this counter.
+  rate: number;
+  // A region not heard of for this long no longer counts.
+  staleMs: number;
+}
+
+// Units leased from the global budget, to put into a regional allowance (lua/credit.lua).
+export interface AllowanceCredit {
+  key: string;
+  lockKey: string;
+  units: number;
+  ttlMs: number;
+  globalRemaining: number;
+  globalResetMs: number;
+  globalRetryMs: number;
+  takenAtMs: number;
+  // Window algorithms: the window length (units of another window are not kept).
+  windowMs?: number;
+  holdMs: number;
+}
+
 export interface SharedOps {
-  // Takes up to `units` of a limit's budget.
-  lease(spec: LimitSpec & { key: string }, units: number): Promise<LeaseGrant>;
+  // Takes up to `units` of a limit's budget (with `demand`: at most the region's share).
+  lease(spec: LimitSpec & { key: string }, units: number, demand?: RegionDemand): Promise<LeaseGrant>;
   // Gives back units a lease took at `takenAtMs` and did not use.
   giveBack(spec: LimitSpec & { key: string }, units: number, takenAtMs: number): Promise<void>;
   // Adds fallback hits to the shared counters; callers batch (see MAX_BATCH).

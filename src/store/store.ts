@@ -24,6 +24,9 @@ export interface LimitOutcome {
   retryAfterMs: number;
   // Budget in use before this request, in requests (for near-limit statistics; 0 when unknown).
   usedBefore: number;
+  // Multi-region, from the Redis store only: units the region's allowance for this limit holds
+  // after the decision; undefined when the region holds none (never leased, or expired).
+  held?: number;
 }
 
 export type DegradedPolicy = 'local' | 'allow';

@@ -10,8 +10,9 @@ export interface LimitSpec {
   // Token bucket capacity / GCRA burst, in requests.
   burst: number;
   // How a shared store keeps the counter: 'upstream' = envoyproxy/ratelimit's layout (a fixed
-  // window's count alone, as an integer, under a key that names its window; see keys.ts).
-  layout?: 'upstream';
+  // window's count alone, as an integer, under a key that names its window; see keys.ts); 'pool'
+  // = a region's allowance leased from the global budget (multi-region; store/region/).
+  layout?: 'upstream' | 'pool';
 }
 
 // The spec part of anything that carries one (a check, a journal entry): what a store needs to

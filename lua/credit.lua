@@ -1,0 +1,47 @@
+--[[ credit.lua: puts units a region leased from the global budget into its regional allowance
+(multi-region mode; the allowance is the `pool` algorithm in algorithms.lua), on the region's own
+Redis, and sets when the region may ask the global Redis again. Preceded by algorithms.lua.
+
+Why one script: replicas of the region spend the allowance concurrently (decide.lua); adding to
+it must not lose their writes, and the times must be this Redis' own (the allowance expires on
+this Redis' clock, however far the global Redis' clock is).
+
+KEYS[1]  the allowance key; KEYS[2] the region's refill lock for it
+ARGV[1]  time in ms, for tests only; "" uses redis.call('TIME')
+ARGV[2]  units leased
+ARGV[3]  ms the units stay usable (the lease TTL, or the rest of the window they were taken in)
+ARGV[4]  what the global budget had left after the lease; ARGV[5] ms until it resets;
+ARGV[6]  ms until the global budget could give one unit ("inf": never; 0 when units were leased)
+ARGV[7]  the global Redis' time of the lease (ms): its window
+ARGV[8]  window length in ms when the algorithm has windows ("" otherwise): units of another
+         window than the new lease's are not kept
+ARGV[9]  ms the refill lock is held for (no other replica of the region asks the global Redis
+         before; 0 releases it)
+
+Returns the units the allowance holds now. --]]
+
+local now = now_ms(ARGV[1])
+local impl = ALGORITHMS.pool
+local raw = redis.call('GET', KEYS[1])
+local state = nil
+if raw then state = impl.decode(raw) end
+local units = tonumber(ARGV[2])
+local taken = tonumber(ARGV[7])
+if state ~= nil and now < state[2] then
+  local period = tonumber(ARGV[8])
+  if period == nil or window_start(state[6], period) == window_start(taken, period) then
+    units = units + state[1]
+  end
+end
+local ttl = math.max(1, math.floor(tonumber(ARGV[3])))
+local retry = tonumber(ARGV[6])
+if retry == nil or retry == INF then retry = tonumber(ARGV[5]) end
+local nxt = { units, now + ttl, tonumber(ARGV[4]), now + tonumber(ARGV[5]), now + retry, taken }
+redis.call('SET', KEYS[1], impl.encode(nxt), 'PX', ttl)
+local hold = math.floor(tonumber(ARGV[9]))
+if hold > 0 then
+  redis.call('SET', KEYS[2], '1', 'PX', hold)
+else
+  redis.call('DEL', KEYS[2])
+end
+return units

@@ -1,0 +1,20 @@
+--[[ reclaim.lua: takes back the units of a regional allowance (multi-region mode) that is about
+to expire, for the replica to give them back to the global budget (refund.lua there). An
+allowance that a later lease extended is left alone. Preceded by algorithms.lua.
+
+Why one script: the units read must be exactly the units removed, while the region's replicas
+keep spending.
+
+KEYS[1]  the allowance key
+ARGV[1]  time in ms, for tests only; "" uses redis.call('TIME')
+ARGV[2]  ms: an allowance expiring within this is taken back
+
+Returns { units taken back (0 when none), the global Redis' time of its last lease }. --]]
+
+local now = now_ms(ARGV[1])
+local raw = redis.call('GET', KEYS[1])
+if not raw then return { 0, 0 } end
+local state = ALGORITHMS.pool.decode(raw)
+if state[2] - now > tonumber(ARGV[2]) then return { 0, 0 } end
+redis.call('DEL', KEYS[1])
+return { math.max(0, math.floor(state[1])), num(state[6]) }

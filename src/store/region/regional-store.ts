@@ -1,0 +1,308 @@
+import type { Clock } from '../../clock';
+import { type LimitSpec, specOf } from '../../limiter/algorithms';
+import { admits } from '../../limiter/policy';
+import type { PartitionPolicy } from '../../settings';
+import type { RedisStore } from '../redis';
+import { type AbsorbEntry, type LeaseGrant, PartialWrite, type RefundEntry, type RestoreEntry, type SharedOps } from '../shared';
+import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from '../store';
+import { PartitionDebt } from './debt';
+import type { RegionEvents } from './events';
+import type { GlobalLink } from './global-link';
+import { isWindow, type RegionKeys } from './keys';
+import { LOW_WATER, type Refiller } from './refiller';
+
+export interface RegionalStoreOptions {
+  region: string;
+  clock: Clock;
+  policy: PartitionPolicy;
+  domainPolicies: ReadonlyMap<string, PartitionPolicy>;
+  // The caller's budget for one decision, ms (the deadline stage's).
+  budgetMs: (options: DecideOptions) => number;
+  events: RegionEvents;
+}
+
+// How a limit of a request is decided: from the region's allowance (always, while the global
+// Redis is reachable), or, once the allowance is spent while cut off from it, by the partition
+// policy: the region's own counter at its share of the limit, or allowed.
+type Route = 'pool' | 'partition' | 'allow';
+
+const MAX_HELD = 100_000;
+// Kept back from the caller's budget for the decision after a wait for the global Redis, ms.
+const REDECIDE_MS = 20;
+
+// The regional Redis in multi-region mode (docs/multi-region.md), as the bottom of the Redis stack:
+// every limit is decided against the region's allowance in the regional Redis, in one script as
+// always, and the allowance is topped up from the global budget by the Refiller, off the request
+// path. A request waits for the global Redis only for a key the region holds no allowance of yet
+// (and only when the caller's deadline leaves time for the round trip).
+//
+// For the stages above it is the shared store: their leases, write-backs and refunds go to the
+// region's allowances.
+export class RegionalStore implements Store, SharedOps {
+  readonly kind: string;
+  readonly refunds: { add(entries: readonly RefundEntry[]): void; drain(): Promise<void> };
+  // Keys whose allowance is spent while the global Redis is unreachable: decided by the policy.
+  private readonly dry = new Set<string>();
+  private readonly debt: PartitionDebt;
+  private writing: Promise<void> | undefined;
+  // Units each allowance held at its last decision here (metrics).
+  private readonly held = new Map<string, number>();
+
+  constructor(
+    private readonly regional: RedisStore,
+    private readonly link: GlobalLink,
+    private readonly refiller: Refiller,
+    private readonly keys: RegionKeys,
+    private readonly o: RegionalStoreOptions,
+  ) {
+    this.kind = `${regional.kind} (region ${o.region})`;
+    this.debt = new PartitionDebt(o.clock);
+    this.refunds = {
+      add: (entries) => regional.refunds.add(entries.map((e) => ({ ...e, key: keys.pool(e.key), layout: 'pool' }))),
+      drain: () => regional.refunds.drain(),
+    };
+  }
+
+  get reachable(): boolean {
+    return this.link.reachable;
+  }
+
+  heldUnits(): number {
+    let sum = 0;
+    for (const units of this.held.values()) sum += Math.max(0, units);
+    return sum;
+  }
+
+  async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    // The caller's budget is the deadline stage's, counted from here: a wait for the global Redis
+    // must end early enough for the decision after it.
+    const until = this.o.clock.now() + this.o.budgetMs(options) - REDECIDE_MS;
+    let routes = checks.map((c) => this.route(c, options.domain));
+    let d = await this.decideRouted(checks, routes, options);
+    for (const c of checks) if (c.hits > 0) this.refiller.note(c);
+    this.topUp(checks, routes, d.outcomes);
+    if (!d.admitted && (await this.repair(checks, routes, d.outcomes, options, { until, storeTimeMs: d.storeTimeMs }))) {
+      routes = checks.map((c) => this.route(c, options.domain));
+      d = await this.decideRouted(checks, routes, options);
+    }
+    this.recordDebt(checks, routes, d);
+    return d;
+  }
+
+  peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    return this.decideRouted(checks, checks.map((c) => this.route(c, options.domain)), options, true);
+  }
+
+  ready(): boolean {
+    return this.regional.ready();
+  }
+
+  connected(): boolean {
+    return this.regional.connected();
+  }
+
+  degraded(): string | undefined {
+    if (this.link.reachable) return undefined;
+    return `global Redis unreachable from region ${this.o.region}: answering from the region's allowances, then by the partition policy (${describe(this.o.policy)})`;
+  }
+
+  onReadyChange(listener: () => void): void {
+    this.regional.onReadyChange(listener);
+  }
+
+  configChanged(): void {}
+
+  async close(): Promise<void> {
+    this.refiller.close();
+    await Promise.all([this.link.close(), this.regional.close()]);
+  }
+
+  // Called by the link when the global Redis answers again: the region's own admissions go into
+  // the global budget first; then keys go back to their allowances.
+  async reconcile(): Promise<void> {
+    await this.writeDebt();
+    this.dry.clear();
+  }
+
+  // One write at a time (what is recorded meanwhile goes in the next): an entry written twice
+  // would count twice in the global budget.
+  private writeDebt(): Promise<void> {
+    this.writing ??= this.writeAllDebt().finally(() => (this.writing = undefined));
+    return this.writing;
+  }
+
+  private async writeAllDebt(): Promise<void> {
+    for (let entries = this.debt.entries(); entries.length > 0; entries = this.debt.entries()) {
+      try {
+        await this.link.absorb(entries);
+      } catch (err) {
+        if (err instanceof PartialWrite) this.o.events.reconciled(this.debt.clear(entries.filter((e) => err.landed.has(e))));
+        throw err;
+      }
+      this.o.events.reconciled(this.debt.clear(entries));
+    }
+  }
+
+  // SharedOps for the stages above: on the region's allowances. A replica's hot-key lease takes
+  // units from the region's allowance, which is topped up as the decisions' would be.
+  async lease(spec: LimitSpec & { key: string }, units: number): Promise<LeaseGrant> {
+    const grant = await this.regional.lease(this.poolSpec(spec), units);
+    const check: LimitCheck = { ...spec, hits: Math.max(1, grant.granted), mode: 'enforce' };
+    this.refiller.note(check);
+    if (this.link.reachable && grant.remaining < this.refiller.size(check) * LOW_WATER) void this.refiller.refill(check, grant.remaining);
+    return grant;
+  }
+
+  giveBack(spec: LimitSpec & { key: string }, units: number, takenAtMs: number): Promise<void> {
+    return this.regional.giveBack(this.poolSpec(spec), units, takenAtMs);
+  }
+
+  absorb(entries: readonly AbsorbEntry[]): Promise<void> {
+    return this.regional.absorb(entries.map((e) => this.poolSpec(e)));
+  }
+
+  refund(entries: readonly RefundEntry[]): Promise<void> {
+    return this.regional.refund(entries.map((e) => this.poolSpec(e)));
+  }
+
+  // An allowance lost with the regional Redis' data is leased again, not restored.
+  async restore(_entries: readonly RestoreEntry[]): Promise<void> {}
+
+  heartbeat(replicaId: string, ttlMs: number, epoch: string): Promise<{ replicas: number; nowMs: number; epoch: string }> {
+    return this.regional.heartbeat(replicaId, ttlMs, epoch);
+  }
+
+  leave(replicaId: string): Promise<void> {
+    return this.regional.leave(replicaId);
+  }
+
+  probe(): Promise<{ nowMs: number }> {
+    return this.regional.probe();
+  }
+
+  private poolSpec<T extends { key: string }>(e: T): T & { layout: 'pool' } {
+    return { ...e, key: this.keys.pool(e.key), layout: 'pool' };
+  }
+
+  private policyFor(domain: string | undefined): PartitionPolicy {
+    return (domain === undefined ? undefined : this.o.domainPolicies.get(domain)) ?? this.o.policy;
+  }
+
+  private route(c: LimitCheck, domain: string | undefined): Route {
+    if (this.link.reachable || !this.dry.has(c.key)) return 'pool';
+    const policy = this.policyFor(domain);
+    return policy.kind === 'deny' ? 'pool' : policy.kind === 'allow' ? 'allow' : 'partition';
+  }
+
+  private async decideRouted(checks: readonly LimitCheck[], routes: readonly Route[], options: DecideOptions, peek = false): Promise<Decision> {
+    const inner: LimitCheck[] = [];
+    const at: number[] = [];
+    routes.forEach((r, i) => {
+      if (r === 'allow') return;
+      at.push(i);
+      inner.push(r === 'pool' ? this.poolSpec(checks[i]) : this.partitionCheck(checks[i], options.domain));
+    });
+    const d = inner.length === 0 ? undefined : peek ? await this.regional.peek(inner, options) : await this.regional.decide(inner, options);
+    if (d !== undefined && inner.length === checks.length && routes.every((r) => r === 'pool')) return d;
+    const outcomes: LimitOutcome[] = checks.map(() => ({ allowed: true, consumed: false, remaining: undefined, resetMs: undefined, retryAfterMs: 0, usedBefore: 0 }));
+    at.forEach((i, j) => (outcomes[i] = d!.outcomes[j]));
+    const admitted = admits(checks.map((c) => c.mode), outcomes.map((o) => o.allowed));
+    const allow = routes.includes('allow');
+    const reason = `global Redis unreachable from region ${this.o.region}: the region's allowance is spent; ${describe(this.policyFor(options.domain))}`;
+    return { admitted, outcomes, storeTimeMs: d?.storeTimeMs, degraded: { policy: allow ? 'allow' : 'local', reason } };
+  }
+
+  private partitionCheck(c: LimitCheck, domain: string | undefined): LimitCheck {
+    const policy = this.policyFor(domain);
+    const share = policy.kind === 'share' ? policy.share : 1;
+    return { ...c, key: this.keys.partition(c.key), limit: Math.floor(c.limit * share), burst: Math.floor(c.burst * share) };
+  }
+
+  // Starts a refill of every allowance that fell below its low-water mark (in the background).
+  private topUp(checks: readonly LimitCheck[], routes: readonly Route[], outcomes: readonly LimitOutcome[]): void {
+    if (!this.link.reachable) return;
+    checks.forEach((c, i) => {
+      const held = outcomes[i].held;
+      if (routes[i] !== 'pool' || c.hits <= 0 || held === undefined) return;
+      if (this.held.size >= MAX_HELD && !this.held.has(c.key)) this.held.clear();
+      this.held.set(c.key, held);
+      if (held < this.refiller.size(c) * LOW_WATER) void this.refiller.refill(c, held);
+    });
+  }
+
+  // After a denial: a key the region holds no allowance of gets one now, if the caller's
+  // deadline leaves time for the global round trip; while cut off, a key whose allowance is
+  // spent goes to the partition policy. True when deciding again may change the answer.
+  private async repair(
+    checks: readonly LimitCheck[],
+    routes: readonly Route[],
+    outcomes: readonly LimitOutcome[],
+    options: DecideOptions,
+    { until, storeTimeMs }: { until: number; storeTimeMs: number | undefined },
+  ): Promise<boolean> {
+    const short = checks.map((_, i) => i).filter((i) => routes[i] === 'pool' && checks[i].hits > 0 && !outcomes[i].allowed);
+    if (short.length === 0) return false;
+    if (!this.link.reachable) {
+      const policy = this.policyFor(options.domain);
+      if (policy.kind === 'deny') return false;
+      const fresh = short.filter((i) => !this.dry.has(checks[i].key));
+      for (const i of fresh) this.dry.add(checks[i].key);
+      if (policy.kind === 'share') await this.startEmpty(fresh.map((i) => checks[i]), options.domain, storeTimeMs);
+      return true;
+    }
+    const cold = short.filter((i) => outcomes[i].held === undefined);
+    const budget = until - this.o.clock.now();
+    if (cold.length === 0 || budget < 2 * this.link.roundTripMs + 10) {
+      for (const i of cold) void this.refiller.refill(checks[i], undefined);
+      return false;
+    }
+    const results = await withTimeout(Promise.all(cold.map((i) => this.refiller.refill(checks[i], undefined))), budget);
+    if (results === undefined) return false;
+    if (results.includes('busy')) {
+      // Another replica of the region is leasing it: its credit lands about a round trip later.
+      await sleep(Math.min(until - this.o.clock.now(), this.link.roundTripMs + 20));
+    }
+    return results.some((r) => r !== 'failed') || !this.link.reachable;
+  }
+
+  // A bucket a cut-off region starts deciding on its own starts empty: the region gets its share
+  // of the rate from then on, not a burst on top of what it already spent. (A window's own count
+  // starts at zero: at most the share of the limit per window.)
+  private async startEmpty(checks: readonly LimitCheck[], domain: string | undefined, atMs: number | undefined): Promise<void> {
+    const buckets = checks.filter((c) => !isWindow(c));
+    if (buckets.length === 0 || atMs === undefined) return;
+    const entries = buckets.map((c) => {
+      const p = this.partitionCheck(c, domain);
+      return { key: p.key, ...specOf(p), remaining: 0, atMs };
+    });
+    await this.regional.restore(entries).catch(() => undefined);
+  }
+
+  private recordDebt(checks: readonly LimitCheck[], routes: readonly Route[], d: Decision): void {
+    if (routes.every((r) => r === 'pool')) return;
+    const globalNow = this.link.globalNow() ?? Date.now();
+    checks.forEach((c, i) => {
+      const own = (routes[i] === 'partition' && d.outcomes[i].consumed) || (routes[i] === 'allow' && d.admitted);
+      if (!own || c.hits <= 0) return;
+      this.debt.add(c, globalNow);
+      this.o.events.overshoot(c.hits);
+    });
+    // Decided on the region's own just as the link came back (after reconcile() read the debt).
+    if (this.link.reachable) this.writeDebt().catch(() => undefined);
+  }
+}
+
+function describe(p: PartitionPolicy): string {
+  if (p.kind === 'share') return `the region admits up to ${Math.round(p.share * 1000) / 10}% of each limit on its own`;
+  return p.kind === 'allow' ? 'allowed' : 'denied';
+}
+
+function sleep(ms: number): Promise<void> {
+  return ms <= 0 ? Promise.resolve() : new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms)));
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}

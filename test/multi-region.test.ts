@@ -1,0 +1,177 @@
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { after, afterEach, describe, test } from 'node:test';
+import { d } from './support/app';
+import type { RedisNode } from './support/redis';
+import { stopAll } from './support/redis';
+import { type Deployment, type DriveResult, type Overrides, drive, startRegions } from './support/regions';
+
+// Multi-region (docs/multi-region.md): two regions of two replicas, each region on its own
+// redis-server, one global redis-server 40 ms away (each way) through a proxy that can cut the
+// link. The design's scenario, scaled in time: LIMIT per WINDOW_S seconds per tenant, 70% of the
+// traffic in region a and 30% in b, offered at twice the limit.
+
+const LIMIT = 100;
+const WINDOW_S = 5;
+const RATE = LIMIT / WINDOW_S;
+const DELAY_MS = 40;
+const OFFERED = 2 * RATE;
+const SHARE = 0.5;
+
+type Algorithm = 'fixed_window' | 'token_bucket';
+
+function config(algorithm: Algorithm): string {
+  const burst = algorithm === 'token_bucket' ? `, burst: ${LIMIT}` : '';
+  return `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: second, unit_multiplier: ${WINDOW_S}, requests_per_unit: ${LIMIT}, algorithm: ${algorithm}${burst} }\n`;
+}
+
+const request = () => ({ domain: 'mr', descriptors: [d(['tenant', 't1'])] });
+
+let dep: Deployment | undefined;
+
+async function deploy(algorithm: Algorithm, settings: Overrides = {}): Promise<Deployment> {
+  dep = await startRegions({
+    regions: [
+      { name: 'a', replicas: 2 },
+      { name: 'b', replicas: 2 },
+    ],
+    configYaml: config(algorithm),
+    delayMs: DELAY_MS,
+    settings,
+  });
+  return dep;
+}
+
+afterEach(async () => {
+  await dep?.stop();
+  dep = undefined;
+});
+after(() => stopAll());
+
+// Script calls the global Redis ran (leases, give-backs, reconciliation, probes).
+function scriptCalls(node: RedisNode): number {
+  const stats = execFileSync('redis-cli', ['-p', String(node.port), 'info', 'commandstats']).toString();
+  let calls = 0;
+  for (const m of stats.matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm)) calls += Number(m[1]);
+  return calls;
+}
+
+// Admitted per fixed window of the limiter (epoch-aligned, as Redis' clock decides them).
+function perWindow(r: DriveResult): Map<number, { a: number; b: number }> {
+  const out = new Map<number, { a: number; b: number }>();
+  for (const s of r.samples) {
+    if (!s.admitted) continue;
+    const w = Math.floor((r.startedAtMs + s.sentAtMs) / (WINDOW_S * 1000));
+    const e = out.get(w) ?? { a: 0, b: 0 };
+    e[s.region as 'a' | 'b']++;
+    out.set(w, e);
+  }
+  return out;
+}
+
+// A token bucket never gives more than its burst plus its rate times the time since it started:
+// checked after every admitted request, counted from the first request of the run.
+function assertBucketBound(r: DriveResult, extra: number, why: string): void {
+  const admitted = r.samples.filter((s) => s.admitted).sort((x, y) => x.sentAtMs - y.sentAtMs);
+  const t0 = Math.min(...r.samples.map((s) => s.sentAtMs));
+  admitted.forEach((s, i) => {
+    // Answered after it was sent: the bucket may have refilled until the answer.
+    const bound = LIMIT + (RATE * (s.sentAtMs + s.latencyMs - t0)) / 1000 + extra;
+    assert.ok(i + 1 <= bound, `${why}: ${i + 1} admitted by ${Math.round(s.sentAtMs - t0)} ms, bound ${bound.toFixed(1)}`);
+  });
+}
+
+async function metricSum(deployment: Deployment, region: string, pattern: RegExp): Promise<number> {
+  let sum = 0;
+  for (const app of deployment.region(region).apps) {
+    const text = await (await app.http('/metrics')).text();
+    for (const line of text.split('\n')) if (pattern.test(line)) sum += Number(line.split(' ').pop());
+  }
+  return sum;
+}
+
+// Every request of a region in seconds [from, to) of the run.
+function inSeconds(r: DriveResult, region: string, from: number, to: number) {
+  return r.samples.filter((s) => s.region === region && s.sentAtMs >= from * 1000 && s.sentAtMs < to * 1000);
+}
+
+describe('multi-region', () => {
+  test('fixed window, steady state: each window admits exactly the limit across both regions, few global calls', async () => {
+    const deployment = await deploy('fixed_window');
+    const calls0 = scriptCalls(deployment.global!);
+    const r = await drive({ deployment, durationMs: 4 * WINDOW_S * 1000, ratePerSecond: (region) => OFFERED * (region === 'a' ? 0.7 : 0.3), request });
+    const calls = scriptCalls(deployment.global!) - calls0 - 1;
+    assert.equal(r.totals.errors, 0, JSON.stringify(r.totals.errorCodes));
+    assert.equal(r.totals.degraded, 0);
+    const windows = [...perWindow(r).entries()].sort(([x], [y]) => x - y);
+    for (const [w, n] of windows) assert.ok(n.a + n.b <= LIMIT, `window ${w}: ${n.a} + ${n.b} admitted`);
+    // Full windows (not the first and last, which the run covers in part): the regions' demand
+    // is twice the limit, so the whole budget is used; units leased at a window's very end may be
+    // left unspent.
+    for (const [w, n] of windows.slice(1, -1)) assert.ok(n.a + n.b >= 0.9 * LIMIT, `window ${w}: only ${n.a + n.b} admitted`);
+    // Both regions were served.
+    for (const [w, n] of windows.slice(1, -1)) assert.ok(n.a > 0 && n.b > 0, `window ${w}: a ${n.a}, b ${n.b}`);
+    assert.ok(calls / r.totals.sent <= 0.05, `${calls} global script calls for ${r.totals.sent} decisions`);
+  });
+
+  test('token bucket, steady state and a shift of traffic: never above the bucket, the growing region gets its share', async () => {
+    const deployment = await deploy('token_bucket');
+    const shiftAt = 12;
+    const r = await drive({
+      deployment,
+      durationMs: 24_000,
+      ratePerSecond: (region, t) => OFFERED * (t < shiftAt ? (region === 'a' ? 0.7 : 0.3) : region === 'a' ? 0.1 : 0.9),
+      request,
+    });
+    assert.equal(r.totals.errors, 0, JSON.stringify(r.totals.errorCodes));
+    assert.equal(r.totals.degraded, 0);
+    assertBucketBound(r, 0, 'token bucket');
+    // After the shift b wants 90% of the traffic: within 5 s it gets most of the rate.
+    const b = inSeconds(r, 'b', shiftAt + 5, 24).filter((s) => s.admitted).length;
+    const a = inSeconds(r, 'a', shiftAt + 5, 24).filter((s) => s.admitted).length;
+    assert.ok(b >= 0.6 * RATE * (24 - shiftAt - 5), `b admitted ${b}, a ${a} in the ${24 - shiftAt - 5} s after the shift settled`);
+  });
+
+  test('region b cut off under deny: it spends what it holds, then denies; the total never exceeds the limit', async () => {
+    const deployment = await deploy('fixed_window');
+    const cut = { from: 6, to: 16 };
+    setTimeout(() => deployment.region('b').proxy!.cut(), cut.from * 1000).unref();
+    setTimeout(() => deployment.region('b').proxy!.restore(), cut.to * 1000).unref();
+    const r = await drive({ deployment, durationMs: 26_000, ratePerSecond: (region) => OFFERED * (region === 'a' ? 0.7 : 0.3), request });
+    assert.equal(r.totals.errors, 0, JSON.stringify(r.totals.errorCodes));
+    for (const [w, n] of perWindow(r)) assert.ok(n.a + n.b <= LIMIT, `window ${w}: ${n.a} + ${n.b} admitted`);
+    // Cut off, b answered from its allowance, then denied: no answer of its own making.
+    assert.equal(r.totals.degraded, 0);
+    assert.ok(inSeconds(r, 'b', cut.from + 4, cut.to).every((s) => !s.admitted), 'b admitted with no allowance while cut off');
+    // Back: b is served again from the global budget.
+    assert.ok(inSeconds(r, 'b', cut.to + 5, 26).some((s) => s.admitted), 'b never admitted after the link came back');
+    assert.equal(await metricSum(deployment, 'b', /^sluice_region_global_reachable/), 2);
+  });
+
+  test(`region b cut off under a ${SHARE * 100}% share: overshoot within the policy, reconciled when the link returns`, async () => {
+    const deployment = await deploy('token_bucket', { globalPartitionPolicy: `${SHARE * 100}%` });
+    const cut = { from: 6, to: 14 };
+    setTimeout(() => deployment.region('b').proxy!.cut(), cut.from * 1000).unref();
+    setTimeout(() => deployment.region('b').proxy!.restore(), cut.to * 1000).unref();
+    const r = await drive({ deployment, durationMs: 24_000, ratePerSecond: (region) => OFFERED * (region === 'a' ? 0.7 : 0.3), request });
+    assert.equal(r.totals.errors, 0, JSON.stringify(r.totals.errorCodes));
+    const overshoot = await metricSum(deployment, 'b', /^sluice_region_units_total\{.*event="overshoot"/);
+    // The last write-back may still be on its way over the slow link.
+    let reconciled = 0;
+    for (let tries = 0; tries < 50 && reconciled < overshoot; tries++) {
+      reconciled = await metricSum(deployment, 'b', /^sluice_region_units_total\{.*event="reconciled"/);
+      if (reconciled < overshoot) await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const degraded = r.samples.filter((s) => s.degraded);
+    assert.ok(overshoot > 0, 'b admitted nothing on its own while cut off');
+    assert.equal(degraded.filter((s) => s.admitted).length, overshoot, 'every admission of its own is marked degraded');
+    assert.ok(degraded.every((s) => s.region === 'b'), 'region a answered degraded');
+    // b decides on its own from when its allowance ran dry until the link is found again
+    // (a probe at most ~2.5 s after it returned): at the share of the rate, from an empty bucket.
+    const partitionS = cut.to - cut.from + 3;
+    assert.ok(overshoot <= SHARE * RATE * partitionS + 1, `overshoot ${overshoot} beyond ${SHARE * RATE * partitionS}`);
+    assertBucketBound(r, overshoot, 'token bucket plus the overshoot');
+    assert.equal(reconciled, overshoot, 'what b admitted on its own was written into the global budget');
+    assert.equal(inSeconds(r, 'b', cut.to + 4, 24).filter((s) => s.degraded).length, 0, 'b still degraded after the link returned');
+  });
+});

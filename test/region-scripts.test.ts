@@ -1,0 +1,154 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { Redis } from 'ioredis';
+import { ManualClock } from '../src/clock';
+import { loadSettings, partitionPolicy, SettingsError } from '../src/settings';
+import { silentEvents } from '../src/store/events';
+import { RedisStore } from '../src/store/redis';
+import type { LimitCheck } from '../src/store/store';
+import { type RedisNode, startRedis, stopAll } from './support/redis';
+
+// The multi-region scripts against a real redis-server, on an explicit clock: a regional
+// allowance spent by decide.lua (the `pool` algorithm), filled by credit.lua, taken back by
+// reclaim.lua, and leases from the global budget capped by the regions' demand (lease.lua).
+
+const T0 = 1_800_000_000_000;
+let node: RedisNode;
+let client: Redis;
+const clock = new ManualClock(T0);
+let redis: RedisStore;
+
+before(async () => {
+  node = await startRedis();
+  client = new Redis({ port: node.port, host: '127.0.0.1' });
+  await new Promise((resolve) => client.once('ready', resolve));
+  redis = new RedisStore({ clients: [client], cluster: false, events: silentEvents, keyPrefix: 'mr:', explicitClock: clock });
+});
+after(async () => {
+  await redis.close();
+  await stopAll();
+});
+
+const pool = (key: string, hits = 1, over: Partial<LimitCheck> = {}): LimitCheck => ({
+  key,
+  algorithm: 'fixed_window',
+  limit: 100,
+  periodMs: 60_000,
+  burst: 100,
+  hits,
+  mode: 'enforce',
+  layout: 'pool',
+  ...over,
+});
+
+function credit(key: string, units: number, over: Partial<Parameters<RedisStore['credit']>[0]> = {}): Promise<number> {
+  return redis.credit({ key, lockKey: `${key}:lock`, units, ttlMs: 10_000, globalRemaining: 50, globalResetMs: 30_000, globalRetryMs: 0, takenAtMs: T0, holdMs: 0, ...over });
+}
+
+describe('regional allowance (pool)', () => {
+  test('a missing allowance denies and says so (held undefined); credited units are spent all-or-nothing', async () => {
+    const missing = await redis.decide([pool('p1')], { countDeniedHits: false });
+    assert.equal(missing.admitted, false);
+    assert.equal(missing.outcomes[0].held, undefined);
+    assert.equal(await credit('p1', 10), 10);
+    assert.equal(await credit('p1', 5), 15, 'a second lease adds to the first');
+    const spent = await redis.decide([pool('p1', 3)], { countDeniedHits: false });
+    assert.equal(spent.admitted, true);
+    assert.deepEqual([spent.outcomes[0].held, spent.outcomes[0].remaining, spent.outcomes[0].resetMs], [12, 12, 30_000]);
+    await credit('p2', 2);
+    const both = await redis.decide([pool('p1', 3), pool('p2', 3)], { countDeniedHits: false });
+    assert.equal(both.admitted, false);
+    assert.deepEqual(both.outcomes.map((o) => [o.allowed, o.consumed, o.held]), [[true, false, 12], [false, false, 2]]);
+  });
+
+  test('units of an ended window are not kept; units past their TTL are not spent', async () => {
+    await credit('w1', 10, { windowMs: 60_000 });
+    assert.equal(await credit('w1', 4, { windowMs: 60_000, takenAtMs: T0 + 60_000 }), 4);
+    await credit('t1', 10, { ttlMs: 1000 });
+    clock.advance(1000);
+    const late = await redis.decide([pool('t1')], { countDeniedHits: false });
+    assert.equal(late.admitted, false);
+    assert.equal(late.outcomes[0].held, 0);
+    clock.set(T0);
+  });
+
+  test('the refill lock: held for holdMs after a credit, released with 0; claim is exclusive', async () => {
+    assert.equal(await redis.claim('l1:lock', 5000), true);
+    assert.equal(await redis.claim('l1:lock', 5000), false);
+    await credit('l1', 1, { holdMs: 0 });
+    assert.equal(await client.exists('l1:lock'), 0);
+    await credit('l1', 1, { holdMs: 3000 });
+    const ttl = await client.pttl('l1:lock');
+    assert.ok(ttl > 2000 && ttl <= 3000, `lock ttl ${ttl}`);
+  });
+
+  test('reclaim takes back only an allowance about to expire, with the time of its lease', async () => {
+    await credit('r1', 7, { ttlMs: 10_000, takenAtMs: T0 - 5 });
+    assert.deepEqual(await redis.reclaim('r1', 1000), { units: 0, takenAtMs: 0 });
+    clock.advance(9500);
+    assert.deepEqual(await redis.reclaim('r1', 1000), { units: 7, takenAtMs: T0 - 5 });
+    assert.equal(await client.exists('r1'), 0);
+    clock.set(T0);
+  });
+
+  test('refunds add to an allowance; a fallback write-back may take it below zero', async () => {
+    await credit('f1', 2);
+    await redis.refund([{ ...pool('f1'), hits: 3, decidedAtMs: T0 }]);
+    await redis.absorb([{ ...pool('f1'), hits: 9, windowStartMs: T0, ageMs: 0 }]);
+    const d = await redis.decide([pool('f1')], { countDeniedHits: false });
+    assert.equal(d.admitted, false);
+    assert.equal(d.outcomes[0].held, -4);
+  });
+});
+
+describe('leases from the global budget, shared by demand', () => {
+  const spec = { key: 'g1', algorithm: 'fixed_window' as const, limit: 100, periodMs: 60_000, burst: 100 };
+  const demand = (region: string, rate: number) => ({ key: 'g1:regions', region, rate, staleMs: 6000 });
+
+  test("a region alone gets what it asks for; with another region's demand, its share of what remains", async () => {
+    assert.equal((await redis.lease(spec, 40, demand('a', 70))).granted, 40);
+    // b's demand is 30 of 100: of the 60 that remain it gets 18, not the 50 it asks for.
+    const b = await redis.lease(spec, 50, demand('b', 30));
+    assert.equal(b.granted, 18);
+    assert.equal(b.remaining, 42);
+    // Leases shrink with what remains, and at the end are one unit: the last units are not
+    // stranded in a region that does not need them.
+    const sequence: [string, number, number][] = [['a', 41, 29], ['b', 10, 3], ['a', 100, 7], ['b', 10, 1], ['a', 100, 1], ['b', 10, 1]];
+    for (const [region, wanted, granted] of sequence) {
+      assert.equal((await redis.lease(spec, wanted, demand(region, region === 'a' ? 70 : 30))).granted, granted, `${region} asking ${wanted}`);
+    }
+    const none = await redis.lease(spec, 10, demand('b', 30));
+    assert.equal(none.granted, 0);
+    assert.equal(none.retryAfterMs, 60_000);
+  });
+
+  test('a region not heard of lately no longer counts', async () => {
+    const s2 = { ...spec, key: 'g2' };
+    await redis.lease(s2, 1, { ...demand('a', 70), key: 'g2:regions' });
+    clock.advance(7000);
+    assert.equal((await redis.lease(s2, 50, { ...demand('b', 30), key: 'g2:regions' })).granted, 50);
+    clock.set(T0);
+  });
+});
+
+describe('multi-region settings', () => {
+  const env = (over: Record<string, string>) => loadSettings([], { STORE: 'redis', ...over });
+
+  test('GLOBAL_REDIS_URL needs REGION, STORE=redis and sluice key layout', () => {
+    assert.throws(() => env({ GLOBAL_REDIS_URL: 'g:6379' }), (e: Error) => e instanceof SettingsError && /needs REGION/.test(e.message));
+    assert.throws(() => env({ GLOBAL_REDIS_URL: 'g:6379', REGION: 'eu', STORE: 'memory' }), /needs STORE=redis/);
+    assert.throws(() => env({ GLOBAL_REDIS_URL: 'g:6379', REGION: 'eu', KEY_LAYOUT: 'upstream' }), /KEY_LAYOUT=upstream/);
+    assert.throws(() => env({ GLOBAL_REDIS_URL: 'g:6379', REGION: 'e u' }), /REGION: expected/);
+    assert.equal(env({ GLOBAL_REDIS_URL: 'g:6379', REGION: 'eu-west-1' }).region, 'eu-west-1');
+  });
+
+  test('partition policies: deny, allow, a share; anything else names the setting', () => {
+    assert.deepEqual(partitionPolicy('50%'), { kind: 'share', share: 0.5 });
+    assert.deepEqual(partitionPolicy('0.25'), { kind: 'share', share: 0.25 });
+    assert.deepEqual(partitionPolicy('ALLOW'), { kind: 'allow' });
+    for (const bad of ['0%', '150%', 'maybe', '']) assert.equal(partitionPolicy(bad), undefined, bad);
+    assert.throws(() => env({ GLOBAL_PARTITION_POLICY: 'half' }), /GLOBAL_PARTITION_POLICY: expected deny, allow or a share/);
+    assert.throws(() => env({ GLOBAL_PARTITION_DOMAIN_POLICIES: 'payments=half' }), /GLOBAL_PARTITION_DOMAIN_POLICIES/);
+    assert.deepEqual(env({ GLOBAL_PARTITION_DOMAIN_POLICIES: 'payments=deny,search=50%' }).globalPartitionDomainPolicies, ['payments=deny', 'search=50%']);
+  });
+});
