@@ -369,7 +369,11 @@ end
 function pool.decide(state, s, hits, now)
   local units = pool_units(state, now)
   if state ~= nil and units >= hits then return true, 0, pool_with(state, units - hits) end
-  if state == nil then return hits <= 0, 0, nil end
+  -- No allowance yet: a lease may land any moment (the shortest retry there is).
+  if state == nil then
+    if hits <= 0 then return true, 0, nil end
+    return false, 1, nil
+  end
   return false, math.max(1, state[5] - now), nil
 end
 

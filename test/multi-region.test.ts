@@ -1,10 +1,8 @@
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { after, afterEach, describe, test } from 'node:test';
 import { d } from './support/app';
-import type { RedisNode } from './support/redis';
 import { stopAll } from './support/redis';
-import { type Deployment, type DriveResult, type Overrides, drive, startRegions } from './support/regions';
+import { type Deployment, type DriveResult, type Overrides, drive, scriptCalls, startRegions } from './support/regions';
 
 // Multi-region (docs/multi-region.md): two regions of two replicas, each region on its own
 // redis-server, one global redis-server 40 ms away (each way) through a proxy that can cut the
@@ -48,14 +46,6 @@ afterEach(async () => {
 });
 after(() => stopAll());
 
-// Script calls the global Redis ran (leases, give-backs, reconciliation, probes).
-function scriptCalls(node: RedisNode): number {
-  const stats = execFileSync('redis-cli', ['-p', String(node.port), 'info', 'commandstats']).toString();
-  let calls = 0;
-  for (const m of stats.matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm)) calls += Number(m[1]);
-  return calls;
-}
-
 // Admitted per fixed window of the limiter (epoch-aligned, as Redis' clock decides them).
 function perWindow(r: DriveResult): Map<number, { a: number; b: number }> {
   const out = new Map<number, { a: number; b: number }>();
@@ -98,9 +88,10 @@ function inSeconds(r: DriveResult, region: string, from: number, to: number) {
 describe('multi-region', () => {
   test('fixed window, steady state: each window admits exactly the limit across both regions, few global calls', async () => {
     const deployment = await deploy('fixed_window');
-    const calls0 = scriptCalls(deployment.global!);
+    const calls0 = await scriptCalls(deployment.global!);
     const r = await drive({ deployment, durationMs: 4 * WINDOW_S * 1000, ratePerSecond: (region) => OFFERED * (region === 'a' ? 0.7 : 0.3), request });
-    const calls = scriptCalls(deployment.global!) - calls0 - 1;
+    // Leases, give-backs, probes; not the INFO of the first reading.
+    const calls = (await scriptCalls(deployment.global!)) - calls0;
     assert.equal(r.totals.errors, 0, JSON.stringify(r.totals.errorCodes));
     assert.equal(r.totals.degraded, 0);
     const windows = [...perWindow(r).entries()].sort(([x], [y]) => x - y);
@@ -132,13 +123,56 @@ describe('multi-region', () => {
     assert.ok(b >= 0.6 * RATE * (24 - shiftAt - 5), `b admitted ${b}, a ${a} in the ${24 - shiftAt - 5} s after the shift settled`);
   });
 
+  test('all four algorithms keep their bound across regions', async () => {
+    const algorithms = ['fixed_window', 'sliding_window', 'token_bucket', 'gcra'] as const;
+    const yaml = ['domain: mr', 'descriptors:']
+      .concat(
+        algorithms.flatMap((a) => [
+          `  - key: ${a}`,
+          `    rate_limit: { unit: second, unit_multiplier: ${WINDOW_S}, requests_per_unit: ${LIMIT}, algorithm: ${a}${a === 'token_bucket' || a === 'gcra' ? `, burst: ${LIMIT}` : ''} }`,
+        ]),
+      )
+      .join('\n');
+    dep = await startRegions({ regions: [{ name: 'a', replicas: 2 }, { name: 'b', replicas: 2 }], configYaml: yaml, delayMs: DELAY_MS });
+    const r = await drive({
+      deployment: dep,
+      durationMs: 3 * WINDOW_S * 1000,
+      ratePerSecond: (region) => 4 * OFFERED * (region === 'a' ? 0.7 : 0.3),
+      request: (_region, i) => ({ domain: 'mr', descriptors: [d([algorithms[i % 4], 't1'])] }),
+    });
+    assert.equal(r.totals.errors, 0, JSON.stringify(r.totals.errorCodes));
+    assert.equal(r.totals.degraded, 0);
+    algorithms.forEach((a, k) => {
+      const mine = { ...r, samples: r.samples.filter((s) => s.requestIndex % 4 === k) };
+      if (a === 'fixed_window' || a === 'sliding_window') {
+        // Sliding: the current sub-window's count alone is at most the limit.
+        for (const [w, n] of perWindow(mine)) assert.ok(n.a + n.b <= LIMIT, `${a} window ${w}: ${n.a} + ${n.b} admitted`);
+      } else assertBucketBound(mine, 0, a);
+      assert.ok(mine.samples.filter((s) => s.admitted).length >= LIMIT, `${a}: only ${mine.samples.filter((s) => s.admitted).length} admitted`);
+    });
+  });
+
   test('region b cut off under deny: it spends what it holds, then denies; the total never exceeds the limit', async () => {
     const deployment = await deploy('fixed_window');
     const cut = { from: 6, to: 16 };
     setTimeout(() => deployment.region('b').proxy!.cut(), cut.from * 1000).unref();
     setTimeout(() => deployment.region('b').proxy!.restore(), cut.to * 1000).unref();
+    // Health during the cut: both regions serve; b says it is cut off.
+    const health = new Promise<string[]>((resolve) =>
+      setTimeout(async () => {
+        const texts = [];
+        for (const name of ['a', 'b']) {
+          const res = await deployment.region(name).apps[0].http('/healthcheck');
+          texts.push(`${res.status} ${await res.text()}`);
+        }
+        resolve(texts);
+      }, (cut.to - 1) * 1000).unref(),
+    );
     const r = await drive({ deployment, durationMs: 26_000, ratePerSecond: (region) => OFFERED * (region === 'a' ? 0.7 : 0.3), request });
     assert.equal(r.totals.errors, 0, JSON.stringify(r.totals.errorCodes));
+    const [healthA, healthB] = await health;
+    assert.equal(healthA, '200 OK');
+    assert.match(healthB, /^200 OK \(degraded: global Redis unreachable from region b: answering from the region's allowances, then by the partition policy \(denied\)\)$/);
     for (const [w, n] of perWindow(r)) assert.ok(n.a + n.b <= LIMIT, `window ${w}: ${n.a} + ${n.b} admitted`);
     // Cut off, b answered from its allowance, then denied: no answer of its own making.
     assert.equal(r.totals.degraded, 0);

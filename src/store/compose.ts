@@ -6,7 +6,7 @@ import type { StoreEvents } from './events';
 import { MAX_BATCH, type RestoreEntry, type SharedOps } from './shared';
 import { MemoryStore } from './memory';
 import type { RedisStore } from './redis';
-import { createRegion, type RegionOptions } from './region';
+import { createRegion, RegionalStore, type RegionOptions } from './region';
 import { BreakerStage } from './stages/breaker';
 import { DeadlineStage } from './stages/deadline';
 import { DataEpoch } from './stages/epoch';
@@ -160,7 +160,11 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
     if (closed() && journal.size > 0) journal.flush().catch(() => undefined);
   }, o.journalFlushMs);
   flusher.unref();
-  return new Lifecycle(top, async () => {
+  // A region cut off from the global Redis answers (from its allowances, then by its policy) with
+  // its own Redis healthy: that is said beside what the stages say about the regional Redis.
+  const region = redis instanceof RegionalStore ? redis : undefined;
+  const regionDegraded = region === undefined ? undefined : () => region.degraded();
+  return new Lifecycle(top, regionDegraded, async () => {
     clearInterval(flusher);
     lag.close();
     if (closed()) await journal.flush().catch(() => undefined);
@@ -173,9 +177,14 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
 class Lifecycle extends Stage {
   constructor(
     inner: Store,
+    private readonly alsoDegraded: (() => string | undefined) | undefined,
     private readonly before: () => Promise<void>,
   ) {
     super(inner);
+  }
+
+  override degraded(): string | undefined {
+    return this.inner.degraded?.() ?? this.alsoDegraded?.();
   }
 
   override async close(): Promise<void> {

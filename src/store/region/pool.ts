@@ -27,7 +27,8 @@ export const poolImpl: AlgorithmImpl = {
   decide(state: State | undefined, _spec: LimitSpec, hits: number, nowMs: number): Verdict {
     const units = poolUnits(state, nowMs);
     if (state !== undefined && units >= hits) return { allowed: true, retryAfterMs: 0, next: withUnits(state, units - hits) };
-    if (state === undefined) return { allowed: hits <= 0, retryAfterMs: 0, next: undefined };
+    // No allowance yet: a lease may land any moment (the shortest retry there is).
+    if (state === undefined) return { allowed: hits <= 0, retryAfterMs: hits <= 0 ? 0 : 1, next: undefined };
     return { allowed: false, retryAfterMs: Math.max(1, state[4] - nowMs), next: undefined };
   },
 

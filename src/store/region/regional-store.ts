@@ -63,10 +63,6 @@ export class RegionalStore implements Store, SharedOps {
     };
   }
 
-  get reachable(): boolean {
-    return this.link.reachable;
-  }
-
   heldUnits(): number {
     let sum = 0;
     for (const units of this.held.values()) sum += Math.max(0, units);
