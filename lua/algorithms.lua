@@ -387,11 +387,9 @@ function pool.refund(state, s, hits, decided_at, now)
   return pool_with(state, state[1] + hits)
 end
 
--- Hits a replica's local fallback admitted while this Redis was away are spent from the
--- allowance; it may go below zero (a debt the next leases pay).
+-- A regional fallback's hits go to the global budget (RegionalStore.absorb), never here.
 function pool.absorb(state, s, hits, window, age, now)
-  if state == nil or hits <= 0 or now >= state[2] then return state end
-  return pool_with(state, state[1] - hits)
+  return state
 end
 
 -- An allowance lost with this Redis' data is not put back: its units are lost to the budget

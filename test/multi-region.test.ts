@@ -1,7 +1,13 @@
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { after, afterEach, describe, test } from 'node:test';
-import { d } from './support/app';
-import { stopAll } from './support/redis';
+import * as grpc from '@grpc/grpc-js';
+import type { RateLimitRequest, RateLimitResponse } from '../src/gen/envoy/service/ratelimit/v3/rls';
+import { d, type Running, startApp } from './support/app';
+import { startCluster, startRedis, stopAll } from './support/redis';
+import { awayFromWindowEdge } from './support/time';
 import { type Deployment, type DriveResult, type Overrides, drive, scriptCalls, startRegions } from './support/regions';
 
 // Multi-region (docs/multi-region.md): two regions of two replicas, each region on its own
@@ -83,6 +89,17 @@ async function metricSum(deployment: Deployment, region: string, pattern: RegExp
 // Every request of a region in seconds [from, to) of the run.
 function inSeconds(r: DriveResult, region: string, from: number, to: number) {
   return r.samples.filter((s) => s.region === region && s.sentAtMs >= from * 1000 && s.sentAtMs < to * 1000);
+}
+
+function callWithDeadline(app: Running, request: Partial<RateLimitRequest>, deadlineMs: number): Promise<RateLimitResponse> {
+  const full: RateLimitRequest = { domain: '', descriptors: [], hitsAddend: 0, ...request };
+  return new Promise((resolve, reject) =>
+    app.client.shouldRateLimit(full, new grpc.Metadata(), { deadline: Date.now() + deadlineMs }, (err, res) => (err ? reject(err) : resolve(res))),
+  );
+}
+
+async function untilHealthy(app: Running): Promise<void> {
+  for (let i = 0; i < 500 && (await app.http('/healthcheck')).status !== 200; i++) await new Promise((resolve) => setTimeout(resolve, 20));
 }
 
 describe('multi-region', () => {
@@ -207,5 +224,80 @@ describe('multi-region', () => {
     assertBucketBound(r, overshoot, 'token bucket plus the overshoot');
     assert.equal(reconciled, overshoot, 'what b admitted on its own was written into the global budget');
     assert.equal(inSeconds(r, 'b', cut.to + 4, 24).filter((s) => s.degraded).length, 0, 'b still degraded after the link returned');
+  });
+
+  test('on Redis Cluster, regional and global: allowance, lock and demand keys stay in their counter\'s slot', async () => {
+    const [regional, global] = [await startCluster({ replicasPerPrimary: 0 }), await startCluster({ replicasPerPrimary: 0 })];
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-cluster-'));
+    fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: ${LIMIT} }\n`);
+    const apps: Running[] = [];
+    try {
+      for (let i = 0; i < 2; i++) {
+        apps.push(
+          await startApp({
+            configPaths: [dir],
+            store: 'redis',
+            redisType: 'cluster',
+            redisUrl: `127.0.0.1:${regional.nodes[0].port}`,
+            region: 'a',
+            globalRedisType: 'cluster',
+            globalRedisUrl: `127.0.0.1:${global.nodes[0].port}`,
+          }),
+        );
+      }
+      for (const app of apps) await untilHealthy(app);
+      await awayFromWindowEdge(3_600_000, 10_000);
+      // Tenants spread over the slots; each gets exactly its limit in one window.
+      const tenants = Array.from({ length: 8 }, (_, i) => `t${i}`);
+      const answers = await Promise.all(
+        tenants.flatMap((t) => Array.from({ length: 2 * 10 }, (_, i) => apps[i % 2].call({ domain: 'mr', descriptors: [d(['tenant', t])], hitsAddend: LIMIT / 10 }))),
+      );
+      const admitted = answers.filter((a) => a.overallCode === 1).length;
+      assert.equal(answers.filter((a) => a.responseHeadersToAdd.some((h) => h.key === 'x-ratelimit-degraded')).length, 0);
+      assert.equal(admitted, tenants.length * 10);
+    } finally {
+      for (const app of apps) await app.stop();
+      await Promise.all([regional.stop(), global.stop()]);
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("the region's own Redis frozen: the fallback answers, and each admission is paid for in the global budget", async () => {
+    const [regional, global] = [await startRedis(), await startRedis()];
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-outage-'));
+    fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: ${LIMIT} }\n`);
+    const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${global.port}`, breakerCooldownMs: 200 });
+    try {
+      await untilHealthy(app);
+      await awayFromWindowEdge(3_600_000, 30_000);
+      const call = (deadlineMs: number) => callWithDeadline(app, { domain: 'mr', descriptors: [d(['tenant', 't1'])] }, deadlineMs);
+      for (let i = 0; i < 20; i++) assert.equal((await call(1000)).overallCode, 1);
+      regional.pause();
+      const during = [];
+      for (let i = 0; i < 10; i++) during.push(await call(100));
+      const fallbackAdmitted = during.filter((r) => r.overallCode === 1 && r.responseHeadersToAdd.some((h) => h.key === 'x-ratelimit-degraded')).length;
+      assert.ok(fallbackAdmitted > 0, 'the fallback admitted nothing');
+      regional.resume();
+      const metric = async (pattern: RegExp) => {
+        const line = (await (await app.http('/metrics')).text()).split('\n').find((l) => pattern.test(l));
+        return line === undefined ? 0 : Number(line.split(' ').pop());
+      };
+      // Once the regional Redis answers again, each fallback admission is paid for: by the
+      // allowance (the late decision spent its units) or, written back, by the global budget.
+      for (let i = 0; i < 100 && (await metric(/^sluice_breaker_state/)) !== 0; i++) await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, 1500));
+      const writtenBack = await metric(/^sluice_fallback_write_back_hits_total\{result="ok"\}/);
+      const leased = await metric(/^sluice_region_units_total\{region="a",event="leased"\}/);
+      const returned = await metric(/^sluice_region_units_total\{region="a",event="returned"\}/);
+      const [, count] = (await global.cli('GET', 'sluice:{mr|tenant=t1}|fixed_window:3600000')).split(':').map(Number);
+      assert.equal(count, leased - returned + writtenBack, 'the global counter holds the leases and the write-backs, nothing else');
+      const held = Number((await regional.cli('GET', 'sluice:{mr|tenant=t1}|fixed_window:3600000:pool:a')).split(':')[0]);
+      // Every unit the region took is admitted or still held: none admitted twice, none lost.
+      assert.equal(20 + fallbackAdmitted + held, count, `admitted ${20 + fallbackAdmitted} + held ${held}`);
+    } finally {
+      regional.resume();
+      await app.stop();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

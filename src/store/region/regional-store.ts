@@ -36,8 +36,8 @@ const REDECIDE_MS = 20;
 // path. A request waits for the global Redis only for a key the region holds no allowance of yet
 // (and only when the caller's deadline leaves time for the round trip).
 //
-// For the stages above it is the shared store: their leases, write-backs and refunds go to the
-// region's allowances.
+// For the stages above it is the shared store: their leases and refunds go to the region's
+// allowances, the fallback's write-backs to the global budget.
 export class RegionalStore implements Store, SharedOps {
   readonly kind: string;
   readonly refunds: { add(entries: readonly RefundEntry[]): void; drain(): Promise<void> };
@@ -153,8 +153,11 @@ export class RegionalStore implements Store, SharedOps {
     return this.regional.giveBack(this.poolSpec(spec), units, takenAtMs);
   }
 
+  // What the regional fallback admitted while the regional Redis could not decide was admitted
+  // without any allowance: it goes into the global budget, as a partition's admissions do (the
+  // journal keeps it and tries again while the global Redis is out of reach).
   absorb(entries: readonly AbsorbEntry[]): Promise<void> {
-    return this.regional.absorb(entries.map((e) => this.poolSpec(e)));
+    return this.link.absorb(entries);
   }
 
   refund(entries: readonly RefundEntry[]): Promise<void> {
