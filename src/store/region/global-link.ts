@@ -107,7 +107,8 @@ export class GlobalLink {
   }
 
   private async whenConnected(): Promise<void> {
-    while (!this.ops.connected() && !this.closed) await new Promise((resolve) => setTimeout(resolve, CONNECT_POLL_MS));
+    const until = this.o.clock.now() + this.o.timeoutMs;
+    while (!this.ops.connected() && !this.closed && this.o.clock.now() < until) await new Promise((resolve) => setTimeout(resolve, CONNECT_POLL_MS));
   }
 
   private partition(reason: string): void {

@@ -118,7 +118,11 @@ export class Refiller {
     const running = this.inFlight.get(check.key);
     if (running !== undefined) return running;
     if (!this.link.reachable || (this.notBefore.get(check.key) ?? 0) > this.o.clock.now()) return Promise.resolve('busy');
-    const p = this.take(check, held).finally(() => this.inFlight.delete(check.key));
+    // Units leased but not credited (the regional Redis failed meanwhile) are lost to the budget:
+    // under-admission, never over.
+    const p = this.take(check, held)
+      .catch((): RefillResult => 'failed')
+      .finally(() => this.inFlight.delete(check.key));
     this.inFlight.set(check.key, p);
     return p;
   }
