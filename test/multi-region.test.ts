@@ -303,4 +303,37 @@ describe('multi-region', () => {
       fs.rmSync(dir, { recursive: true, force: true });
     }
   });
+
+  test("hot keys: replicas' own leases come out of the region's allowance, and the bound holds", async () => {
+    const [regional, global] = [await startRedis(), await startRedis()];
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-hot-'));
+    fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: ${LIMIT} }\n`);
+    const apps: Running[] = [];
+    try {
+      for (let i = 0; i < 2; i++) {
+        // Every key is hot at once: each replica serves from a lease of 10% of the limit.
+        apps.push(await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${global.port}`, leaseAutoThreshold: 1, leaseAutoShare: 0.1 }));
+      }
+      for (const app of apps) await untilHealthy(app);
+      await awayFromWindowEdge(3_600_000, 30_000);
+      const answers = [];
+      for (let round = 0; round < 30; round++) {
+        answers.push(...(await Promise.all(Array.from({ length: 10 }, (_, i) => apps[i % 2].call({ domain: 'mr', descriptors: [d(['tenant', 'hot'])] })))));
+      }
+      const served = async (app: Running) => {
+        const line = (await (await app.http('/metrics')).text()).split('\n').find((l) => l.startsWith('sluice_lease_hits_served_locally_total'));
+        return Number(line?.split(' ').pop() ?? 0);
+      };
+      assert.ok((await served(apps[0])) + (await served(apps[1])) > 0, 'no hit was served from a replica lease');
+      assert.equal(answers.filter((a) => a.responseHeadersToAdd.some((h) => h.key === 'x-ratelimit-degraded')).length, 0);
+      const admitted = answers.filter((a) => a.overallCode === 1).length;
+      // Units a replica holds when the budget runs out may stay unspent until its lease ends.
+      assert.ok(admitted <= LIMIT && admitted >= LIMIT - 2 * 0.1 * LIMIT, `admitted ${admitted}`);
+      const [, count] = (await global.cli('GET', 'sluice:{mr|tenant=hot}|fixed_window:3600000')).split(':').map(Number);
+      assert.equal(count, LIMIT, 'the region took the whole global budget');
+    } finally {
+      for (const app of apps) await app.stop();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
