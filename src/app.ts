@@ -4,7 +4,7 @@ import type { Clock } from './clock';
 import { ConfigHolder, type ReloadResult } from './config/holder';
 import { createLogger, type Logger } from './logger';
 import { RateLimitService } from './service/ratelimit';
-import { bindGrpc, createGrpcServer } from './server/grpc';
+import { bindGrpc, createGrpcServer, drainGrpc } from './server/grpc';
 import { HealthState } from './server/health';
 import { ADMIN_ROUTES, createHttpServer, type HttpServerOptions, listenHttp, MAIN_ROUTES } from './server/http';
 import { grpcCredentials, type ServerTls, serverTls } from './server/tls';
@@ -221,17 +221,3 @@ function httpOptions(s: Settings): HttpServerOptions {
   };
 }
 
-function drainGrpc(server: grpc.Server | undefined, timeoutMs: number, logger: Logger): Promise<void> {
-  if (server === undefined) return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => {
-      logger.warn({ event: 'drain_timeout', timeoutMs }, 'in-flight calls did not finish in time; closing');
-      server.forceShutdown();
-      resolve();
-    }, timeoutMs);
-    server.tryShutdown(() => {
-      clearTimeout(timer);
-      resolve();
-    });
-  });
-}

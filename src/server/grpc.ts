@@ -64,8 +64,12 @@ function rlsDefinition(bounds: RequestBounds): typeof RateLimitServiceService {
 // the comparison is the cost of deciding, not of a differently tuned server.
 export const GRPC_SERVER_OPTIONS: grpc.ServerOptions = { 'grpc.enable_channelz': 0 };
 
+// Unary calls being answered, per server: what a graceful stop waits for (see drainGrpc).
+const ACTIVE = new WeakMap<grpc.Server, { calls: number }>();
+
 export function createGrpcServer(deps: { service: RateLimitService; health: HealthState; metrics: Metrics; logger: Logger }): grpc.Server {
   const { service, health, metrics, logger } = deps;
+  const active = { calls: 0 };
   const logFailure = failureLog(logger, 'grpc');
   // Larger messages are refused by grpc-js from their length prefix, before they are buffered
   // (RESOURCE_EXHAUSTED, gRPC's code for an oversized message). Channelz (per-call tracing that
@@ -73,7 +77,12 @@ export function createGrpcServer(deps: { service: RateLimitService; health: Heal
   const server = new grpc.Server({ ...GRPC_SERVER_OPTIONS, 'grpc.max_receive_message_length': service.bounds.maxRequestBytes });
   server.addService(rlsDefinition(service.bounds), {
     shouldRateLimit(call: grpc.ServerUnaryCall<any, any>, callback: grpc.sendUnaryData<any>) {
-      const end = metrics.requestDuration.startTimer({ transport: 'grpc' });
+      active.calls++;
+      const timer = metrics.requestDuration.startTimer({ transport: 'grpc' });
+      const end = () => {
+        active.calls--;
+        timer();
+      };
       const deadline = call.getDeadline();
       const deadlineAt = deadline instanceof Date ? deadline.getTime() : Number.isFinite(deadline) ? deadline : undefined;
       const request = call.request;
@@ -96,7 +105,40 @@ export function createGrpcServer(deps: { service: RateLimitService; health: Heal
   });
   server.addService(HealthService, healthImpl(health));
   addReflection(server, [RateLimitServiceService, HealthService]);
+  ACTIVE.set(server, active);
   return server;
+}
+
+// How long no call may be in flight before a draining server closes what is left, ms.
+const IDLE_GRACE_MS = 50;
+const IDLE_POLL_MS = 10;
+
+// A graceful stop: no new connections or streams (GOAWAY), calls in flight answered, at most
+// `timeoutMs`. grpc-js' tryShutdown also waits for every HTTP/2 session to report closed; a
+// session its client had just closed (destroyed, its 'close' event not yet emitted) never does,
+// and the stop would wait out the whole timeout with nothing to answer. So once no call has been in
+// flight for a moment, what is left is closed at once.
+export function drainGrpc(server: grpc.Server | undefined, timeoutMs: number, logger: Logger): Promise<void> {
+  if (server === undefined) return Promise.resolve();
+  const active = ACTIVE.get(server) ?? { calls: 0 };
+  return new Promise((resolve) => {
+    let idleSince = Date.now();
+    const finish = (force: boolean) => {
+      clearTimeout(timer);
+      clearInterval(poll);
+      if (force) server.forceShutdown();
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      logger.warn({ event: 'drain_timeout', timeoutMs }, 'in-flight calls did not finish in time; closing');
+      finish(true);
+    }, timeoutMs);
+    const poll = setInterval(() => {
+      if (active.calls > 0) idleSince = Date.now();
+      else if (Date.now() - idleSince >= IDLE_GRACE_MS) finish(true);
+    }, IDLE_POLL_MS);
+    server.tryShutdown(() => finish(false));
+  });
 }
 
 export function bindGrpc(server: grpc.Server, host: string, port: number, credentials = grpc.ServerCredentials.createInsecure()): Promise<number> {
