@@ -106,7 +106,7 @@ function createMemoryStore(settings: Settings, metrics: Metrics, logger: Logger,
 
 export function createApp(settings: Settings, options: AppOptions = {}): App {
   const logger = options.logger ?? createLogger(settings.logLevel, undefined, { format: settings.logFormat });
-  const metrics = new Metrics({ defaultMetrics: true });
+  const metrics = new Metrics({ defaultMetrics: true, extraTags: settings.extraTags });
   const store = options.store ?? createStore(settings, metrics, logger, options.clock);
   const health = new HealthState(() => store.ready(), () => store.degraded?.());
   store.onReadyChange?.(() => health.refresh());

@@ -214,7 +214,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'statsdPort', flag: 'statsd-port', env: ['STATSD_PORT'], kind: 'port', def: 8125, help: 'statsd port' },
   { key: 'statsdProtocol', flag: 'statsd-protocol', env: ['STATSD_PROTOCOL'], kind: 'enum', def: 'udp', choices: ['udp', 'tcp'], help: "udp, or tcp (what envoyproxy/ratelimit sends over; statsd_exporter takes both)" },
   { key: 'statsFlushIntervalMs', flag: 'stats-flush-interval', env: ['STATS_FLUSH_INTERVAL'], kind: 'duration', def: 10_000, help: 'how often statsd counters are sent (each a delta since the last flush)' },
-  { key: 'extraTags', flag: 'extra-tags', env: ['EXTRA_TAGS'], kind: 'list', def: [], help: "tags on every statsd metric, k1:v1,k2:v2, written as upstream's statsd library does (name.__k1=v1.__k2=v2)" },
+  { key: 'extraTags', flag: 'extra-tags', env: ['EXTRA_TAGS'], kind: 'list', def: [], help: "tags on every statsd metric, k1:v1,k2:v2, written as upstream's statsd library does (name.__k1=v1.__k2=v2), and constant labels on every Prometheus series" },
 ];
 
 export class SettingsError extends Error {

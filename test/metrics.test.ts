@@ -18,7 +18,9 @@ interface Sample {
 }
 
 // A strict reader of the Prometheus text format (version 0.0.4): every line is a comment, blank,
-// or `name{label="value",...} number`; every sample's family has a TYPE line before it.
+// or `name{label="value",...} number`; every sample's family has a TYPE line before it. (NaN may
+// be spelt Nan, as prom-client writes Node's event-loop gauges before their first sample:
+// Prometheus reads floats as Go's ParseFloat does, case-insensitively.)
 function parseExposition(text: string): Sample[] {
   const typed = new Set<string>();
   const samples: Sample[] = [];
@@ -30,7 +32,7 @@ function parseExposition(text: string): Sample[] {
       continue;
     }
     if (line.startsWith('# HELP ')) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (-?(?:\d+(?:\.\d+)?(?:e[+-]?\d+)?|NaN|\+Inf|-Inf))$/.exec(line);
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (-?(?:\d+(?:\.\d+)?(?:e[+-]?\d+)?|NaN|Nan|\+Inf|-Inf))$/.exec(line);
     assert.ok(m, `line ${i + 1} is not exposition format: ${line}`);
     const labels: Record<string, string> = {};
     for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)",?/g)) labels[l[1]] = l[2];
@@ -77,6 +79,35 @@ describe('/metrics', () => {
       assert.equal(value(samples, 'sluice_config_loads_total', { result: 'success' }), 1);
       assert.ok(value(samples, 'sluice_config_last_load_success_timestamp_seconds') > 1.7e9);
       assert.equal(value(samples, 'sluice_breaker_state'), 0);
+      // envoyproxy/ratelimit's service-level series, from the same counts.
+      assert.equal(value(samples, 'ratelimit_service_config_load_success'), 1);
+      assert.equal(value(samples, 'ratelimit_service_config_load_error'), 0);
+      assert.equal(value(samples, 'ratelimit_service_total_requests', { grpc_method: 'ShouldRateLimit' }), 14);
+      assert.equal(value(samples, 'ratelimit_service_should_rate_limit_error', { err_type: 'service_error' }), 1);
+      assert.equal(value(samples, 'ratelimit_service_response_time_seconds_count', { grpc_method: 'ShouldRateLimit' }), 14);
+      assert.equal(
+        value(samples, 'ratelimit_service_response_time_seconds_bucket', { grpc_method: 'ShouldRateLimit', le: '+Inf' }),
+        value(samples, 'sluice_request_duration_seconds_bucket', { transport: 'grpc', le: '+Inf' }),
+      );
+    } finally {
+      await s.stop();
+    }
+  });
+
+  test('EXTRA_TAGS are constant labels on every series; a rejected reload counts as upstream counts it', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-metrics-'));
+    fs.writeFileSync(path.join(dir, 'm.yaml'), 'domain: m\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 7 }\n');
+    const s = await startApp({ configPaths: [dir], extraTags: ['cluster:eu-1', 'team.name:edge'] });
+    try {
+      await s.call({ domain: 'm', descriptors: [d(['k', 'v'])] });
+      fs.writeFileSync(path.join(dir, 'm.yaml'), 'domain: m\ndescriptors: [oops\n');
+      s.app.reloadConfig();
+      const samples = parseExposition(await (await s.http('/metrics')).text());
+      const ours = samples.filter((x) => x.name.startsWith('sluice_') || x.name.startsWith('ratelimit_'));
+      assert.ok(ours.length > 0);
+      assert.deepEqual(ours.filter((x) => x.labels.cluster !== 'eu-1' || x.labels.team_name !== 'edge').map((x) => x.name), []);
+      assert.equal(value(samples, 'ratelimit_service_config_load_error'), 1);
+      assert.equal(value(samples, 'ratelimit_service_config_load_success'), 1);
     } finally {
       await s.stop();
     }

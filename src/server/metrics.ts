@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { DescriptorResult } from '../limiter/limiter';
+import { registerUpstreamSeries } from './upstream-series';
 
 // Prometheus metrics on an own registry. Per-rule counters follow envoyproxy/ratelimit's
 // Prometheus mapping (ratelimit_service_rate_limit_<stat>{domain,key1,key2}) so existing dashboards
@@ -33,7 +34,7 @@ export class Metrics {
   // Hits per stats key (bounded by the config's rules, see above), by RULE_STATS index.
   private readonly ruleTallies = new Map<string, { labels: { domain: string; key1: string; key2: string }; counts: number[] }>();
 
-  constructor(options: { defaultMetrics?: boolean } = {}) {
+  constructor(options: { defaultMetrics?: boolean; extraTags?: readonly string[] } = {}) {
     const registers = [this.registry];
     this.requests = new Counter({ name: 'sluice_requests_total', help: 'ShouldRateLimit calls by transport and result (OK, OVER_LIMIT, INVALID_ARGUMENT, UNAVAILABLE, INTERNAL)', labelNames: ['transport', 'code'], registers });
     this.requestDuration = new Histogram({ name: 'sluice_request_duration_seconds', help: 'ShouldRateLimit latency', labelNames: ['transport'], buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25], registers });
@@ -88,6 +89,9 @@ export class Metrics {
       });
     };
     this.ruleStats = { total_hits: rule('total_hits'), over_limit: rule('over_limit'), near_limit: rule('near_limit'), within_limit: rule('within_limit'), shadow_mode: rule('shadow_mode') };
+    registerUpstreamSeries(this.registry, this);
+    // EXTRA_TAGS: constant labels on every series, as upstream puts them on every stat.
+    if (options.extraTags !== undefined && options.extraTags.length > 0) this.registry.setDefaultLabels(constantLabels(options.extraTags));
     if (options.defaultMetrics) collectDefaultMetrics({ register: this.registry });
   }
 
@@ -144,4 +148,17 @@ export function ruleCounts(result: DescriptorResult, nearLimitRatio: number): Re
     if (result.remaining !== undefined && after > near) counts.near_limit = Math.round(before >= near ? result.hits : after - near);
   }
   return counts;
+}
+
+// EXTRA_TAGS (k1:v1,k2:v2) as Prometheus labels: a key becomes a valid label name ('.', '-' and
+// the like turn into '_').
+export function constantLabels(extraTags: readonly string[]): Record<string, string> {
+  const labels: Record<string, string> = {};
+  for (const tag of extraTags) {
+    const colon = tag.indexOf(':');
+    const key = tag.slice(0, colon).trim().replace(/[^A-Za-z0-9_]/g, '_').replace(/^(?=\d)/, '_');
+    const value = tag.slice(colon + 1).trim();
+    if (key !== '' && value !== '') labels[key] = value;
+  }
+  return labels;
 }

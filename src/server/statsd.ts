@@ -1,6 +1,7 @@
 import StatsDClient, { type StatsD } from 'hot-shots';
 import type { Logger } from '../logger';
 import { type Metrics, RULE_STATS } from './metrics';
+import { errType } from './upstream-series';
 
 // envoyproxy/ratelimit's statsd output, so statsd_exporter mappings and dashboards built on its
 // series keep working. Names as its stats manager writes them through lyft/gostats:
@@ -90,10 +91,8 @@ export class StatsdSink {
     for (const { labels, value } of (await this.metrics.requests.get()).values) {
       // Upstream counts gRPC calls in its gRPC interceptor; its /json handler is not counted there.
       if (labels.transport === 'grpc') add('ratelimit_server.ShouldRateLimit.total_requests', value);
-      // Upstream's redis_error: the cache could not answer; service_error: the request or the
-      // service was at fault. sluice's UNAVAILABLE (store failed, or no config loaded) is the first.
-      if (labels.code === 'UNAVAILABLE') add('ratelimit.service.call.should_rate_limit.redis_error', value);
-      else if (labels.code === 'INVALID_ARGUMENT' || labels.code === 'INTERNAL') add('ratelimit.service.call.should_rate_limit.service_error', value);
+      const type = errType(String(labels.code));
+      if (type !== undefined) add(`ratelimit.service.call.should_rate_limit.${type}`, value);
     }
     return totals;
   }
