@@ -9,6 +9,8 @@ import { HealthState } from './server/health';
 import { ADMIN_ROUTES, createHttpServer, type HttpServerOptions, listenHttp, MAIN_ROUTES } from './server/http';
 import { grpcCredentials, type ServerTls, serverTls } from './server/tls';
 import { ConfigWatcher } from './config/watcher';
+import type { XdsConfigClient } from './config/xds/client';
+import { createXdsSource } from './config/xds/source';
 import { Metrics } from './server/metrics';
 import { StatsdSink } from './server/statsd';
 import { describeSettings, type PartitionPolicy, partitionPolicy, redactRedisUrl, type Settings } from './settings';
@@ -111,19 +113,23 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
   const health = new HealthState(() => store.ready(), () => store.degraded?.());
   store.onReadyChange?.(() => health.refresh());
   health.on('change', (status: string) => logger.info({ event: 'health', status, reasons: health.reasons() }, `health: ${status}`));
-  const config = new ConfigHolder(settings.configPaths, {
+  const xds = settings.configType === 'grpc_xds_sotw';
+  const limits = { maxFileBytes: settings.configMaxFileBytes, maxDescriptors: settings.configMaxDescriptors };
+  const config = new ConfigHolder(xds ? [] : settings.configPaths, {
     mergeDomains: settings.mergeDomainConfig,
-    limits: { maxFileBytes: settings.configMaxFileBytes, maxDescriptors: settings.configMaxDescriptors },
+    limits,
     logger,
+    source: xds ? `xds ${settings.xdsServerUrl}` : undefined,
     onLoad: (ok) => {
       metrics.configLoads.inc({ result: ok ? 'success' : 'error' });
       if (ok) metrics.configLoadTimestamp.setToCurrentTime();
       // Cached denials and leases were derived from the old limits.
       if (ok) store.configChanged?.();
       health.setConfigRejected(config.rejection);
-      health.setConfigLoaded(config.config !== undefined);
+      health.setConfigLoaded(configReady(config, settings));
     },
   });
+  const xdsSource = xds ? createXdsSource({ settings, holder: config, limits, logger }) : undefined;
   const service = new RateLimitService({ config, store, settings, metrics, logger });
   const statsd = settings.statsdEnabled
     ? new StatsdSink(metrics, {
@@ -135,7 +141,7 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
         logger,
       })
     : undefined;
-  const watcher = settings.configWatch
+  const watcher = settings.configWatch && !xds
     ? new ConfigWatcher({
         paths: settings.configPaths,
         reload: (trigger) => config.reload(trigger),
@@ -158,8 +164,11 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
     logger,
     async start() {
       logger.info({ event: 'starting', settings: describeSettings(settings) }, 'sluice starting');
-      config.reload('startup');
-      watcher?.start();
+      logStoreChoice(settings, logger);
+      if (xds && settings.configPaths.length > 0) {
+        logger.warn({ event: 'config_paths_ignored', paths: settings.configPaths }, `CONFIG_TYPE=GRPC_XDS_SOTW: config comes from ${settings.xdsServerUrl}; CONFIG_PATH / --config (${settings.configPaths.join(', ')}) is not read`);
+      }
+      startConfig({ settings, config, health, watcher, xds: xdsSource });
       statsd?.start();
       grpcServer = createGrpcServer({ service, health, metrics, logger });
       tls = serverTls(settings);
@@ -180,12 +189,18 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       );
       return { grpcPort, httpPort, adminPort };
     },
-    reloadConfig: () => config.reload('signal'),
+    reloadConfig: () => {
+      if (!xds) return config.reload('signal');
+      // Nothing to re-read: the control plane pushes every change.
+      logger.info({ event: 'config_reload_skipped' }, 'config comes from xDS: nothing to reload (the control plane pushes changes)');
+      return { ok: config.config !== undefined, errors: [], warnings: [] };
+    },
     // Graceful: health NOT_SERVING at once, keep serving SHUTDOWN_DELAY for load balancers to
     // notice, stop accepting, let in-flight calls finish (at most DRAIN_TIMEOUT), close the store.
     async stop() {
       health.setShuttingDown();
       watcher?.stop();
+      xdsSource?.stop();
       if (settings.shutdownDelayMs > 0) await new Promise((r) => setTimeout(r, settings.shutdownDelayMs));
       await drainGrpc(grpcServer, settings.drainTimeoutMs, logger);
       await Promise.all(httpServers.map((h) => new Promise<void>((resolve) => (h.close(() => resolve()), h.closeIdleConnections()))));
@@ -198,18 +213,52 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
   };
 }
 
+// The first config: files are read now; xDS pushes arrive on the stream. Without
+// FORCE_START_WITHOUT_INITIAL_CONFIG nothing is served (UNAVAILABLE, NOT_SERVING) until one loads.
+function startConfig(o: { settings: Settings; config: ConfigHolder; health: HealthState; watcher?: ConfigWatcher; xds?: XdsConfigClient }): void {
+  const { settings, config, health } = o;
+  if (o.xds === undefined) {
+    config.reload('startup');
+    o.watcher?.start();
+  }
+  if (settings.forceStartWithoutInitialConfig) config.serveEmptyUntilLoaded();
+  health.setConfigLoaded(configReady(config, settings));
+  o.xds?.start();
+}
+
+// Ready as far as config goes: one is served, and with HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED it
+// has a domain (upstream's rule: a config with no domain does not count).
+function configReady(config: ConfigHolder, settings: Settings): boolean {
+  const served = config.config;
+  if (served === undefined) return false;
+  return !settings.healthyWithAtLeastOneConfigLoaded || served.domains.size > 0;
+}
+
+function logStoreChoice(settings: Settings, logger: Logger): void {
+  if (settings.storeImpliedBy === undefined) return;
+  logger.info(
+    { event: 'store_implied', store: 'redis', by: settings.storeImpliedBy },
+    `store redis: ${settings.storeImpliedBy} is set and no STORE / BACKEND_TYPE, and envoyproxy/ratelimit's default store is Redis (STORE=memory keeps counters in this process)`,
+  );
+}
+
 // One line a person can read: where each listener is, the store, the config.
 // e.g. "sluice listening: gRPC 0.0.0.0:8081, HTTP 0.0.0.0:8080, admin 127.0.0.1:6070, store memory, config examples/config (1 domain)"
 function listeningLine(s: Settings, p: { grpcPort: number; httpPort: number; adminPort: number; httpTls: boolean }, config: ConfigHolder): string {
   const store = s.store === 'redis' ? `store redis ${redactRedisUrl(s.redisUrl)}${s.redisType === 'single' ? '' : ` (${s.redisType})`}` : 'store memory';
   const domains = config.config?.domains.size;
   const errors = config.rejection?.errors.length ?? 0;
-  const loaded = domains === undefined ? `not loaded: ${errors} error(s)` : `${domains} domain${domains === 1 ? '' : 's'}`;
+  const waiting = s.configType === 'grpc_xds_sotw' && errors === 0 ? 'waiting for the first push' : `not loaded: ${errors} error(s)`;
+  const loaded = domains === undefined ? waiting : `${domains} domain${domains === 1 ? '' : 's'}`;
   return (
     `sluice listening: gRPC ${s.grpcHost}:${p.grpcPort}${s.grpcTls ? ' (TLS)' : ''}, ` +
     `HTTP ${s.host}:${p.httpPort}${p.httpTls ? ' (TLS)' : ''}, admin ${s.adminHost}:${p.adminPort}, ` +
-    `${store}, config ${s.configPaths.join(', ')} (${loaded})`
+    `${store}, config ${configOrigin(s)} (${config.waitingForFirst ? 'none yet, serving every domain as unknown' : loaded})`
   );
+}
+
+function configOrigin(s: Settings): string {
+  return s.configType === 'grpc_xds_sotw' ? `xDS ${s.xdsServerUrl}` : s.configPaths.join(', ');
 }
 
 function httpOptions(s: Settings): HttpServerOptions {

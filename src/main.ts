@@ -6,8 +6,8 @@ import { loadSettings, SettingsError, upstreamSettingsNotRead } from './settings
 // Thin on purpose: settings → app → start → signals.
 async function serve(argv: string[]): Promise<void> {
   const settings = loadSettings(argv);
-  if (settings.configPaths.length === 0) {
-    throw new SettingsError('no config: pass --config PATH (or set CONFIG_PATH, or RUNTIME_ROOT for the upstream layout)');
+  if (settings.configType === 'file' && settings.configPaths.length === 0) {
+    throw new SettingsError('no config: pass --config PATH (or set CONFIG_PATH, or RUNTIME_ROOT for the upstream layout, or CONFIG_TYPE=GRPC_XDS_SOTW for config over xDS)');
   }
   const app = createApp(settings);
   const notRead = upstreamSettingsNotRead(process.env);

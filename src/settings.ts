@@ -10,6 +10,31 @@ export type LogFormat = 'json' | 'pretty';
 
 export interface Settings {
   configPaths: string[];
+  // Where config comes from: files (configPaths) or an xDS control plane (src/config/xds/).
+  configType: 'file' | 'grpc_xds_sotw';
+  xdsServerUrl: string;
+  xdsNodeId: string;
+  // key=value entries, sent as the node's metadata (string values, as upstream).
+  xdsNodeMetadata: string[];
+  // key:value entries, sent as gRPC metadata on the stream.
+  xdsAdditionalHeaders: string[];
+  xdsTls: boolean;
+  xdsTlsClientCert: string;
+  xdsTlsClientKey: string;
+  xdsTlsCaCert: string;
+  xdsTlsSan: string;
+  xdsBackoffInitialMs: number;
+  xdsBackoffMaxMs: number;
+  xdsBackoffRandomFactor: number;
+  xdsBackoffJitter: boolean;
+  // 0: grpc-js' default (4 MiB).
+  xdsMaxMsgBytes: number;
+  // Serve before the first config arrives, as if every domain were unknown (upstream's flag).
+  forceStartWithoutInitialConfig: boolean;
+  // Ready only once a config with at least one domain is loaded (upstream's flag).
+  healthyWithAtLeastOneConfigLoaded: boolean;
+  // The setting whose presence chose the Redis store when no store was named (start-up log).
+  storeImpliedBy?: string;
   host: string;
   httpPort: number;
   grpcHost: string;
@@ -124,6 +149,23 @@ interface Spec {
 // The settings table; README's table is written from it.
 export const SETTINGS: readonly Spec[] = [
   { key: 'configPaths', flag: 'config', env: ['CONFIG_PATH'], kind: 'list', def: [], help: 'config file or directory; repeat the flag or separate with commas' },
+  { key: 'configType', flag: 'config-type', env: ['CONFIG_TYPE'], kind: 'enum', def: 'file', choices: ['file', 'grpc_xds_sotw'], help: 'file (CONFIG_PATH) or grpc_xds_sotw: config pushed by an xDS control plane (ADS, state of the world) as RateLimitConfig resources' },
+  { key: 'xdsServerUrl', flag: 'xds-server-url', env: ['CONFIG_GRPC_XDS_SERVER_URL'], kind: 'string', def: 'localhost:18000', help: 'xDS control plane address, host:port' },
+  { key: 'xdsNodeId', flag: 'xds-node-id', env: ['CONFIG_GRPC_XDS_NODE_ID'], kind: 'string', def: 'default', help: 'node id sent to the control plane (it picks the snapshot by this)' },
+  { key: 'xdsNodeMetadata', flag: 'xds-node-metadata', env: ['CONFIG_GRPC_XDS_NODE_METADATA'], kind: 'list', def: [], help: 'node metadata sent to the control plane, key1=value1,key2=value2 (string values)' },
+  { key: 'xdsAdditionalHeaders', flag: 'xds-additional-headers', env: ['CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS'], kind: 'list', def: [], help: 'gRPC metadata on the xDS stream, key1:value1,key2:value2 (e.g. an authorization token); values never logged' },
+  { key: 'xdsTls', flag: 'xds-tls', env: ['CONFIG_GRPC_XDS_SERVER_USE_TLS'], kind: 'bool', def: false, help: 'TLS to the xDS control plane' },
+  { key: 'xdsTlsClientCert', flag: 'xds-tls-client-cert', env: ['CONFIG_GRPC_XDS_CLIENT_TLS_CERT'], kind: 'string', def: '', help: 'client certificate file presented to the control plane (mTLS; with the key)' },
+  { key: 'xdsTlsClientKey', flag: 'xds-tls-client-key', env: ['CONFIG_GRPC_XDS_CLIENT_TLS_KEY'], kind: 'string', def: '', help: 'client key file (mTLS)' },
+  { key: 'xdsTlsCaCert', flag: 'xds-tls-cacert', env: ['CONFIG_GRPC_XDS_SERVER_TLS_CACERT'], kind: 'string', def: '', help: "CA file the control plane's certificate must chain to (default: the system roots)" },
+  { key: 'xdsTlsSan', flag: 'xds-tls-san', env: ['CONFIG_GRPC_XDS_SERVER_TLS_SAN'], kind: 'string', def: '', help: "name the control plane's certificate must carry (default: the host of CONFIG_GRPC_XDS_SERVER_URL)" },
+  { key: 'xdsBackoffInitialMs', flag: 'xds-backoff-initial-interval', env: ['XDS_CLIENT_BACKOFF_INITIAL_INTERVAL'], kind: 'duration', def: 10_000, help: 'first wait before reconnecting to the control plane; doubles per failed attempt' },
+  { key: 'xdsBackoffMaxMs', flag: 'xds-backoff-max-interval', env: ['XDS_CLIENT_BACKOFF_MAX_INTERVAL'], kind: 'duration', def: 60_000, help: 'longest wait between reconnects' },
+  { key: 'xdsBackoffRandomFactor', flag: 'xds-backoff-random-factor', env: ['XDS_CLIENT_BACKOFF_RANDOM_FACTOR'], kind: 'ratio', def: 0.5, help: 'with jitter, each wait is spread by up to this share either way' },
+  { key: 'xdsBackoffJitter', flag: 'xds-backoff-jitter', env: ['XDS_CLIENT_BACKOFF_JITTER'], kind: 'bool', def: true, help: 'randomize reconnect waits so replicas do not reconnect in step' },
+  { key: 'xdsMaxMsgBytes', flag: 'xds-max-msg-size', env: ['XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES'], kind: 'count', def: 0, help: "largest xDS response accepted, in bytes (0: grpc-js' default, 4 MiB)" },
+  { key: 'forceStartWithoutInitialConfig', flag: 'force-start-without-initial-config', env: ['FORCE_START_WITHOUT_INITIAL_CONFIG'], kind: 'bool', def: false, help: 'serve before the first config: until one loads, every domain is unknown (answered OK, no limit), as upstream' },
+  { key: 'healthyWithAtLeastOneConfigLoaded', flag: 'healthy-with-at-least-one-config-loaded', env: ['HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED'], kind: 'bool', def: false, help: 'ready only while the loaded config has at least one domain' },
   { key: 'host', flag: 'host', env: ['HOST'], kind: 'string', def: '0.0.0.0', help: 'HTTP listen address' },
   { key: 'httpPort', flag: 'http-port', env: ['HTTP_PORT', 'PORT'], kind: 'port', def: 8080, help: 'HTTP port (/json, /healthcheck, /readyz, /livez, /metrics; /rlconfig is on the admin port)' },
   { key: 'grpcHost', flag: 'grpc-host', env: ['GRPC_HOST'], kind: 'string', def: '0.0.0.0', help: 'gRPC listen address' },
@@ -322,6 +364,9 @@ export function loadSettings(argv: readonly string[] = [], env: NodeJS.ProcessEn
     out[spec.key] = envName !== undefined ? parseValue(spec, env[envName] as string, envName) : spec.def;
   }
   const settings = out as unknown as Settings;
+  settings.storeImpliedBy = impliedStore(flags, env);
+  if (settings.storeImpliedBy !== undefined) settings.store = 'redis';
+  validateXds(settings);
   for (const entry of settings.fallbackDomainPolicies) {
     if (!/^[^=]+=(local|allow|deny)$/.test(entry)) {
       throw new SettingsError(`FALLBACK_DOMAIN_POLICIES: expected domain=local|allow|deny, got '${entry}'`);
@@ -335,11 +380,44 @@ export function loadSettings(argv: readonly string[] = [], env: NodeJS.ProcessEn
   if (settings.httpHeadersTimeoutMs < 1 || settings.httpRequestTimeoutMs < settings.httpHeadersTimeoutMs) {
     throw new SettingsError('HTTP_HEADERS_TIMEOUT must be at least 1ms and HTTP_REQUEST_TIMEOUT at least HTTP_HEADERS_TIMEOUT');
   }
-  if (settings.configPaths.length === 0) {
+  if (settings.configPaths.length === 0 && settings.configType === 'file') {
     const runtime = runtimeConfigPath(env);
     if (runtime !== undefined) settings.configPaths = [runtime];
   }
   return settings;
+}
+
+// upstream's default store is Redis, so its users (Envoy Gateway among them) set REDIS_URL and no
+// BACKEND_TYPE: with a Redis setting given and no store named, the store is Redis, never a memory
+// store per replica that would each admit the whole limit.
+function impliedStore(flags: Map<string, string[]>, env: NodeJS.ProcessEnv): string | undefined {
+  const store = SETTINGS.find((s) => s.key === 'store')!;
+  if (flags.has(store.flag) || store.env.some((name) => env[name] !== undefined)) return undefined;
+  for (const spec of SETTINGS) {
+    if (!spec.key.startsWith('redis')) continue;
+    if (flags.has(spec.flag)) return `--${spec.flag}`;
+    const name = spec.env.find((n) => env[n] !== undefined && env[n] !== '');
+    if (name !== undefined) return name;
+  }
+  return undefined;
+}
+
+function validateXds(s: Settings): void {
+  for (const entry of s.xdsNodeMetadata) {
+    if (!/^[^=]+=/.test(entry)) throw new SettingsError(`CONFIG_GRPC_XDS_NODE_METADATA: expected key=value, got '${entry}'`);
+  }
+  for (const entry of s.xdsAdditionalHeaders) {
+    // gRPC metadata keys: what grpc-js accepts as a text header (it throws on anything else).
+    const key = entry.split(':')[0].trim();
+    if (!/^[0-9A-Za-z_.-]+:/.test(`${key}:`) || !entry.includes(':') || /-bin$/i.test(key)) {
+      throw new SettingsError(`CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: expected key:value with a key of letters, digits, '-', '_' or '.' (not ending in -bin), got '${key}'`);
+    }
+  }
+  if (s.xdsBackoffInitialMs < 1) throw new SettingsError('XDS_CLIENT_BACKOFF_INITIAL_INTERVAL must be at least 1ms');
+  if (s.xdsBackoffMaxMs < s.xdsBackoffInitialMs) throw new SettingsError('XDS_CLIENT_BACKOFF_MAX_INTERVAL must be at least XDS_CLIENT_BACKOFF_INITIAL_INTERVAL');
+  if ((s.xdsTlsClientCert === '') !== (s.xdsTlsClientKey === '')) {
+    throw new SettingsError('CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together (mTLS to the control plane)');
+  }
 }
 
 // A partition policy: deny, allow, or the share of each limit a cut-off region admits on its own.
@@ -375,6 +453,8 @@ export function defaultSettings(overrides: Partial<Settings> = {}): Settings {
 }
 
 const SECRET: readonly (keyof Settings)[] = ['redisAuth', 'redisSentinelAuth', 'keyHashSecret', 'globalRedisAuth'];
+// Lists of key:value whose values are secrets (an authorization header).
+const SECRET_VALUES: readonly (keyof Settings)[] = ['xdsAdditionalHeaders'];
 
 // A Redis URL fit for logs and messages: the credentials (everything between '//' and the last
 // '@': a password may itself contain '@', ':' or '/') become [redacted]; a user name, which cannot
@@ -393,6 +473,7 @@ export function redactRedisUrl(url: string): string {
 export function describeSettings(settings: Settings): Record<string, unknown> {
   const out: Record<string, unknown> = { ...settings };
   for (const key of SECRET) if (out[key] !== '') out[key] = '[redacted]';
+  for (const key of SECRET_VALUES) out[key] = (settings[key] as string[]).map((e) => `${e.split(':')[0]}:[redacted]`);
   out.redisUrl = redactRedisUrl(settings.redisUrl);
   out.globalRedisUrl = redactRedisUrl(settings.globalRedisUrl);
   return out;
@@ -402,11 +483,8 @@ export function describeSettings(settings: Settings): Record<string, unknown> {
 // does instead of each). Set in the environment, they are named in a start-up warning: a migration
 // should not depend on one without knowing.
 const UPSTREAM_NOT_READ: readonly (string | RegExp)[] = [
-  'CONFIG_TYPE',
-  /^CONFIG_GRPC_XDS_/,
-  /^XDS_CLIENT_/,
-  'FORCE_START_WITHOUT_INITIAL_CONFIG',
-  'HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED',
+  // Reconnects follow XDS_CLIENT_BACKOFF_* alone.
+  'CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL',
   'RUNTIME_WATCH_ROOT',
   'RUNTIME_IGNOREDOTFILES',
   /^MEMCACHE_/,

@@ -116,6 +116,16 @@ export function loadConfigSources(sources: ConfigSource[], opts: LoadOptions): L
   return errors.length === 0 ? { config: compiled.config, errors, warnings } : { errors, warnings };
 }
 
+// Documents already in the parser's shape (e.g. converted from an xDS push) through the compiler.
+export function compileDocuments(documents: RawConfigFile[], opts: CompileOptions): LoadResult {
+  const compiled = compileConfig(documents, opts);
+  const order = documents.map((d) => ({ file: d.file, text: '' }));
+  sortErrors(compiled.errors, order);
+  sortErrors(compiled.warnings, order);
+  const { errors, warnings } = compiled;
+  return errors.length === 0 ? { config: compiled.config, errors, warnings } : { errors, warnings };
+}
+
 // Reads at most `max` bytes: a file over the cap is refused without reading it, even one that
 // grows while it is read.
 export function readConfigFile(file: string, max: number): { text?: string; error?: ConfigError } {

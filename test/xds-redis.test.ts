@@ -1,0 +1,78 @@
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { after, describe, test } from 'node:test';
+import * as grpc from '@grpc/grpc-js';
+import { RateLimitResponse_Code as Code, RateLimitServiceClient } from '../src/gen/envoy/service/ratelimit/v3/rls';
+import { RateLimitUnit } from '../src/gen/ratelimit/config/ratelimit/v3/rls_conf';
+import { type ReceivedRequest, startControlPlane } from './support/ads-server';
+import { callRls, d } from './support/app';
+import { makeCerts } from './support/certs';
+import { spawnServer, type ServerProcess } from './support/process';
+import { startRedis, stopAll } from './support/redis';
+
+// Issue 15: two replicas started with Envoy Gateway's environment (config over xDS with mTLS,
+// REDIS_URL and no BACKEND_TYPE) share one budget on one Redis.
+
+after(() => stopAll());
+
+const LIMIT = 10;
+
+describe("Envoy Gateway's environment", () => {
+  test('REDIS_URL without BACKEND_TYPE: redis, said at start; two replicas admit the limit once in total', { timeout: 30_000 }, async () => {
+    const certs = makeCerts();
+    certs.issue('server');
+    certs.issue('client');
+    const redis = await startRedis();
+    const pair = { cert_chain: fs.readFileSync(certs.file('server.crt')), private_key: fs.readFileSync(certs.file('server.key')) };
+    const cp = await startControlPlane({ credentials: grpc.ServerCredentials.createSsl(fs.readFileSync(certs.file('ca.crt')), [pair], true) });
+    const env = {
+      RUNTIME_ROOT: '/data',
+      RUNTIME_SUBDIRECTORY: 'ratelimit',
+      RUNTIME_IGNOREDOTFILES: 'true',
+      RUNTIME_WATCH_ROOT: 'false',
+      LOG_LEVEL: 'info',
+      USE_STATSD: 'false',
+      CONFIG_TYPE: 'GRPC_XDS_SOTW',
+      CONFIG_GRPC_XDS_SERVER_URL: `127.0.0.1:${cp.port}`,
+      CONFIG_GRPC_XDS_NODE_ID: 'envoy-ratelimit',
+      FORCE_START_WITHOUT_INITIAL_CONFIG: 'true',
+      CONFIG_GRPC_XDS_SERVER_USE_TLS: 'true',
+      CONFIG_GRPC_XDS_CLIENT_TLS_CERT: certs.file('client.crt'),
+      CONFIG_GRPC_XDS_CLIENT_TLS_KEY: certs.file('client.key'),
+      CONFIG_GRPC_XDS_SERVER_TLS_CACERT: certs.file('ca.crt'),
+      REDIS_SOCKET_TYPE: 'tcp',
+      REDIS_URL: `127.0.0.1:${redis.port}`,
+    };
+    const replicas: ServerProcess[] = await Promise.all([spawnServer([], env), spawnServer([], env)]);
+    const clients = replicas.map((r) => new RateLimitServiceClient(`127.0.0.1:${r.grpcPort}`, grpc.credentials.createInsecure()));
+    try {
+      for (const r of replicas) {
+        const line = await r.waitForLog((l) => l.event === 'store_implied');
+        assert.equal(line.by, 'REDIS_URL');
+        const listening = r.logs.find((l) => l.event === 'listening')!;
+        assert.match(String(listening.store), /^redis/);
+        assert.ok(!r.logs.some((l) => l.event === 'upstream_settings_not_read' && (l.names as string[]).some((n) => /XDS|CONFIG_TYPE|FORCE_START/.test(n))));
+      }
+      while (cp.requests.filter((r) => r.responseNonce === '').length < 2) await pause();
+      cp.push('v1', [{ name: 'gw', domain: 'gateway', descriptors: [{ key: 'tenant', rateLimit: { unit: RateLimitUnit.DAY, requestsPerUnit: LIMIT } }] }]);
+      const acked = (r: ReceivedRequest) => r.versionInfo === 'v1' && r.errorDetail === undefined && r.responseNonce !== '';
+      while (cp.requests.filter(acked).length < 2) await pause();
+      for (const r of replicas) await r.waitForLog((l) => l.event === 'config_loaded');
+      // Ready means Redis answered a real decision: from then on no answer is a local fallback's.
+      for (const r of replicas) while ((await fetch(`http://127.0.0.1:${r.httpPort}/healthcheck`)).status !== 200) await pause();
+      let ok = 0;
+      for (let i = 0; i < 3 * LIMIT; i++) {
+        const response = await callRls(clients[i % 2], { domain: 'gateway', descriptors: [d(['tenant', 'shared'])] });
+        if (response.overallCode === Code.OK) ok++;
+      }
+      assert.equal(ok, LIMIT);
+    } finally {
+      clients.forEach((c) => c.close());
+      await Promise.all(replicas.map((r) => r.stop()));
+      await cp.stop();
+      fs.rmSync(certs.dir, { recursive: true, force: true });
+    }
+  });
+});
+
+const pause = () => new Promise((r) => setTimeout(r, 10));
