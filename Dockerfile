@@ -22,6 +22,10 @@ COPY lua ./lua
 COPY examples ./examples
 # A config to start with; mount yours over /etc/sluice.
 COPY examples/config /etc/sluice
+# envoyproxy/ratelimit's command: Envoy Gateway starts the rate-limit container as `/bin/ratelimit`
+# with its settings in the environment, as uid 65534 on a read-only root filesystem (sluice writes
+# no file: logs go to stdout).
+COPY --chmod=0755 deploy/image/ratelimit /bin/ratelimit
 USER node
 EXPOSE 8080 8081
 # Port 8080 is the default HTTP_PORT; change it here too if you change that.

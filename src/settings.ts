@@ -483,10 +483,17 @@ export function describeSettings(settings: Settings): Record<string, unknown> {
 // does instead of each). Set in the environment, they are named in a start-up warning: a migration
 // should not depend on one without knowing.
 const UPSTREAM_NOT_READ: readonly (string | RegExp)[] = [
+  // Envoy Gateway sets it, but envoyproxy/ratelimit reads no variable of that name (its client CA
+  // is GRPC_CLIENT_TLS_CACERT): neither asks Envoy for a client certificate.
+  'GRPC_SERVER_TLS_CA_CERT',
+  'GRPC_CLIENT_TLS_SAN',
+  'USE_PROMETHEUS',
+  /^PROMETHEUS_/,
+  /^TRACING_/,
+  'USE_DOG_STATSD',
+  /^DOG_STATSD_/,
   // Reconnects follow XDS_CLIENT_BACKOFF_* alone.
   'CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL',
-  'RUNTIME_WATCH_ROOT',
-  'RUNTIME_IGNOREDOTFILES',
   /^MEMCACHE_/,
   /^REDIS_PERSECOND/,
   'REDIS_SOCKET_TYPE',
@@ -501,9 +508,16 @@ const UPSTREAM_NOT_READ: readonly (string | RegExp)[] = [
   'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT',
 ];
 
+// Upstream settings whose only value sluice has: named only when set otherwise. sluice watches
+// the config directory itself (RUNTIME_WATCH_ROOT is moot) and never loads dotfiles.
+const UPSTREAM_FIXED: Readonly<Record<string, (value: string) => boolean>> = {
+  RUNTIME_IGNOREDOTFILES: (v) => TRUE.has(v.toLowerCase()),
+};
+
 export function upstreamSettingsNotRead(env: NodeJS.ProcessEnv): string[] {
   const read = new Set(SETTINGS.flatMap((s) => s.env));
+  const differs = (name: string) => UPSTREAM_FIXED[name] !== undefined && !UPSTREAM_FIXED[name](env[name] ?? '');
   return Object.keys(env)
-    .filter((name) => !read.has(name) && UPSTREAM_NOT_READ.some((p) => (typeof p === 'string' ? p === name : p.test(name))))
+    .filter((name) => !read.has(name) && (differs(name) || UPSTREAM_NOT_READ.some((p) => (typeof p === 'string' ? p === name : p.test(name)))))
     .sort();
 }

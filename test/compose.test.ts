@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
+import readline from 'node:readline';
 import { describe, test } from 'node:test';
 import YAML from 'yaml';
 import { loadSettings, SETTINGS } from '../src/settings';
@@ -250,6 +253,59 @@ describe('Dockerfile', () => {
     assert.deepEqual(entrypoint, ['node', 'dist/src/main.js']);
     assert.ok(fs.existsSync(path.join(REPO, 'src/main.ts')));
     assert.deepEqual(JSON.parse(runtime.find((i) => i.op === 'CMD')!.args), ['serve', '--config', '/etc/sluice']);
+  });
+
+  test("installs envoyproxy/ratelimit's command, /bin/ratelimit, executable", () => {
+    const install = runtime.find((i) => i.op === 'COPY' && /\/bin\/ratelimit$/.test(i.args));
+    assert.ok(install, 'no COPY to /bin/ratelimit in the runtime stage');
+    assert.match(install.args, /^--chmod=0755 deploy\/image\/ratelimit \/bin\/ratelimit$/);
+    assert.ok((fs.statSync(path.join(REPO, 'deploy/image/ratelimit')).mode & 0o111) !== 0, 'deploy/image/ratelimit is executable in the repo');
+    assert.ok(runtime.findIndex((i) => i.op === 'COPY' && i === install) < runtime.findIndex((i) => i.op === 'USER'), 'installed before USER drops root');
+  });
+
+  test('/bin/ratelimit starts sluice from the environment alone, as Envoy Gateway runs it', async () => {
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-image-'));
+    fs.mkdirSync(path.join(root, 'ratelimit/config'), { recursive: true });
+    fs.writeFileSync(path.join(root, 'ratelimit/config/eg.yaml'), 'domain: eg\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n');
+    // Envoy Gateway's environment (internal/infrastructure/kubernetes/ratelimit), file config,
+    // ports free on this machine.
+    const env = {
+      PATH: process.env.PATH,
+      SLUICE_HOME: REPO,
+      RUNTIME_ROOT: root,
+      RUNTIME_SUBDIRECTORY: 'ratelimit',
+      RUNTIME_IGNOREDOTFILES: 'true',
+      RUNTIME_WATCH_ROOT: 'false',
+      LOG_LEVEL: 'info',
+      USE_STATSD: 'false',
+      GRPC_SERVER_TLS_CA_CERT: '/certs/ca.crt',
+      PORT: '0',
+      GRPC_PORT: '0',
+      DEBUG_PORT: '0',
+    };
+    const child = spawn('/bin/sh', [path.join(REPO, 'deploy/image/ratelimit')], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+    const logs: Record<string, unknown>[] = [];
+    const listening = new Promise<Record<string, unknown>>((resolve, reject) => {
+      readline.createInterface({ input: child.stdout! }).on('line', (line) => {
+        const l = JSON.parse(line) as Record<string, unknown>;
+        logs.push(l);
+        if (l.event === 'listening') resolve(l);
+      });
+      child.on('exit', (code) => reject(new Error(`exited with ${code}`)));
+    });
+    try {
+      const { httpPort } = (await listening) as { httpPort: number };
+      const ask = () => fetch(`http://127.0.0.1:${httpPort}/json`, { method: 'POST', body: JSON.stringify({ domain: 'eg', descriptors: [{ entries: [{ key: 'k', value: 'v' }] }] }) }).then((r) => r.json());
+      assert.equal(((await ask()) as { overallCode: string }).overallCode, 'OK');
+      assert.equal(((await ask()) as { overallCode: string }).overallCode, 'OVER_LIMIT');
+      // Read by neither upstream nor sluice: said, not silently dropped.
+      const warning = logs.find((l) => l.event === 'upstream_settings_not_read');
+      assert.deepEqual(warning?.names, ['GRPC_SERVER_TLS_CA_CERT']);
+    } finally {
+      child.kill('SIGTERM');
+      await new Promise((resolve) => child.once('exit', resolve));
+      fs.rmSync(root, { recursive: true, force: true });
+    }
   });
 
   test('copies into the runtime only what package.json publishes, from files that exist and are not dockerignored', () => {
