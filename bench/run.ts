@@ -7,12 +7,14 @@ import { fleetBench } from './fleet';
 import { capBench, memoryPerKey, microBench } from './micro';
 import { peerBench, peerChart, peerTable } from './peer';
 import { KEY_BYTES, redisMemory } from './redis-memory';
+import { regionsBench, regionsChart, regionsScale, regionsTable } from './regions';
 
 const CHART = path.resolve(__dirname, '../../docs/performance.svg');
 const PEER_CHART = path.resolve(__dirname, '../../docs/peer.svg');
+const REGIONS_CHART = path.resolve(__dirname, '../../docs/multi-region.svg');
 
 // Only the sections named in BENCH_SECTIONS (comma-separated: micro, memory, redis-memory,
-// decisions, fleet, peer) run; all by default.
+// decisions, fleet, peer, regions) run; all by default.
 function wanted(section: string): boolean {
   const only = process.env.BENCH_SECTIONS;
   return only === undefined || only.split(',').map((s) => s.trim()).includes(section);
@@ -88,6 +90,19 @@ async function main(): Promise<void> {
       console.log(`\n  paced at half upstream's best rate (1 descriptor, hot key; h2load --rps, 16 connections x 1 stream): ${h.join('; ')}`);
       fs.writeFileSync(PEER_CHART, peerChart(p.rows, `${machine}, node ${process.version}; ${p.pinning.startsWith('unpinned') ? 'unpinned' : 'each service on core 1, Redis and h2load on core 0'}; BENCH_SECTIONS=peer npm run bench, ${new Date().toISOString().slice(0, 10)}`));
       console.log(`  chart: ${path.relative(process.cwd(), PEER_CHART)}`);
+    }
+  }
+  if (wanted('regions')) {
+    const scale = regionsScale();
+    const command = `BENCH_SECTIONS=regions ${scale === 1 ? '' : `REGIONS_BENCH_SCALE=${scale} `}npm run bench`;
+    console.log(`\nMulti-region: 2 regions x 2 replicas, each on its own Redis, global Redis 40 ms away (one way); one tenant at 1000/min, offered 2x (70% a / 30% b); warm-up 5 s (token bucket: +60 s, its burst spent) not measured; phases scaled x${scale}:`);
+    console.log(`  ${command}`);
+    const r = await regionsBench(scale);
+    console.log(regionsTable(r));
+    // Only a full-scale run is the figure the docs show.
+    if (scale === 1) {
+      fs.writeFileSync(REGIONS_CHART, regionsChart(r, `${machine}, node ${process.version}; ${command}, ${new Date().toISOString().slice(0, 10)}`));
+      console.log(`  chart: ${path.relative(process.cwd(), REGIONS_CHART)}`);
     }
   }
 }

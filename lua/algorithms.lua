@@ -196,9 +196,16 @@ local function unrefilled(s, hits, age)
   return math.max(0, hits - age * s.limit / s.period)
 end
 
-function bucket.absorb(state, s, hits, window, age, now)
-  local take = unrefilled(s, hits, age)
+-- `debt` (a region's admissions while cut off from the global budget, multi-region): every hit is
+-- taken, however old, and the bucket may go below empty, by one burst at most: what was admitted
+-- beyond the budget is paid back by admitting that much less afterwards.
+function bucket.absorb(state, s, hits, window, age, now, debt)
   local tokens = bucket_tokens(state, s, now)
+  if debt then
+    if hits <= 0 then return state end
+    return { math.max(-s.burst, tokens - hits), now }
+  end
+  local take = unrefilled(s, hits, age)
   if take <= 0 or tokens <= 0 then return state end
   return { math.max(0, tokens - take), now }
 end
@@ -247,12 +254,16 @@ function gcra.refund(state, s, hits, decided_at, now)
   return { math.max(0, gcra_debt(state, now) - hits * s.period / s.limit), now }
 end
 
-function gcra.absorb(state, s, hits, window, age, now)
+function gcra.absorb(state, s, hits, window, age, now, debt)
   local take = unrefilled(s, hits, age)
+  if debt then take = hits end
   if s.limit <= 0 or take <= 0 then return state end
   local t = s.period / s.limit
   local tat = gcra_tat(state, now)
-  local nxt = math.min(tat + take * t, now + s.burst * t)
+  -- A debt (see bucket.absorb) may push the TAT one burst beyond empty.
+  local most = now + s.burst * t
+  if debt then most = most + s.burst * t end
+  local nxt = math.min(tat + take * t, most)
   if nxt <= tat then return state end
   return { nxt }
 end

@@ -130,6 +130,26 @@ describe('leases from the global budget, shared by demand', () => {
   });
 });
 
+describe("a region's debt to the global budget", () => {
+  const bucket = { algorithm: 'token_bucket' as const, limit: 60, periodMs: 60_000, burst: 10 };
+  const tokens = async (key: string) => Number((await client.get(key))!.split(':')[0]);
+
+  test('a bucket takes every hit of a debt, below empty by one burst at most; a plain write-back never below empty', async () => {
+    await redis.decide([{ key: 'd1', ...bucket, hits: 10, mode: 'enforce' }], { countDeniedHits: false });
+    await redis.absorb([{ key: 'd1', ...bucket, hits: 4, ageMs: 0, debt: true }]);
+    assert.equal(await tokens('d1'), -4);
+    await redis.absorb([{ key: 'd1', ...bucket, hits: 40, ageMs: 120_000, debt: true }]);
+    assert.equal(await tokens('d1'), -10);
+    await redis.decide([{ key: 'd2', ...bucket, hits: 10, mode: 'enforce' }], { countDeniedHits: false });
+    await redis.absorb([{ key: 'd2', ...bucket, hits: 4, ageMs: 0 }]);
+    assert.equal(await tokens('d2'), 0);
+    // In debt, nothing passes until the bucket has refilled past it.
+    const denied = await redis.decide([{ key: 'd1', ...bucket, hits: 1, mode: 'enforce' }], { countDeniedHits: false });
+    assert.equal(denied.admitted, false);
+    assert.equal(denied.outcomes[0].retryAfterMs, 11_000);
+  });
+});
+
 describe('multi-region settings', () => {
   const env = (over: Record<string, string>) => loadSettings([], { STORE: 'redis', ...over });
 

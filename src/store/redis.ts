@@ -258,7 +258,7 @@ export class RedisStore implements Store, SharedOps {
     await this.inBatches(entries, (batch) => {
       const args: Arg[] = batch.map((e) => e.key);
       args.push(this.time());
-      for (const e of batch) args.push(luaAlgorithm(e), e.limit, e.periodMs, e.burst, e.hits, e.windowStartMs ?? '', e.ageMs);
+      for (const e of batch) args.push(luaAlgorithm(e), e.limit, e.periodMs, e.burst, e.hits, e.windowStartMs ?? '', e.ageMs, e.debt === true ? 1 : 0);
       return this.run('absorb', 'absorb', batch.length, args);
     });
   }

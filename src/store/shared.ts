@@ -24,6 +24,9 @@ export interface AbsorbEntry extends LimitSpec {
   // Buckets: how long ago (ms, measured locally) the last of the hits was admitted; only what has
   // not refilled since is taken from the bucket. Windows: ignored.
   ageMs: number;
+  // Multi-region: hits a region admitted beyond its allowance. Buckets take all of them, even
+  // below empty (by one burst at most), so the overshoot is paid back (lua/algorithms.lua).
+  debt?: boolean;
 }
 
 // Hits consumed by a decision that was then denied (another slot group said no, or the caller was

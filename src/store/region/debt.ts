@@ -17,8 +17,9 @@ interface Owed {
 const MAX_ENTRIES = 100_000;
 
 // What a region admitted on its own while cut off from the global Redis (policy allow or a
-// share), to be written into the global budget when it is back (lua/absorb.lua there): windows
-// take the hits while their window is still counted, buckets what has not refilled since.
+// share), to be written into the global budget when it is back (lua/absorb.lua there, as a debt):
+// windows take the hits while their window is still counted, buckets all of them, going below
+// empty by up to one burst, so the overshoot is paid back by admitting less afterwards.
 export class PartitionDebt {
   private readonly owed = new Map<string, Owed>();
 
@@ -46,7 +47,7 @@ export class PartitionDebt {
 
   entries(): AbsorbEntry[] {
     const now = this.clock.now();
-    return [...this.owed.values()].map((e) => ({ key: e.key, ...e.spec, hits: e.hits, windowStartMs: e.windowStartMs, ageMs: now - e.lastAt }));
+    return [...this.owed.values()].map((e) => ({ key: e.key, ...e.spec, hits: e.hits, windowStartMs: e.windowStartMs, ageMs: now - e.lastAt, debt: true }));
   }
 
   // Forgets what was written (entries() taken before).

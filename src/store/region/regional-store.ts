@@ -27,6 +27,8 @@ export interface RegionalStoreOptions {
 type Route = 'pool' | 'partition' | 'allow';
 
 const MAX_HELD = 100_000;
+// Beyond three round trips, a wait for a first lease gives up, ms.
+const COLD_WAIT_SLACK_MS = 20;
 // Kept back from the caller's budget for the decision after a wait for the global Redis, ms.
 const REDECIDE_MS = 20;
 
@@ -82,7 +84,21 @@ export class RegionalStore implements Store, SharedOps {
       d = await this.decideRouted(checks, routes, options);
     }
     this.recordDebt(checks, routes, d);
-    return d;
+    return this.markCutOff(checks, routes, d, options.domain);
+  }
+
+  // A denial for want of an allowance while the global Redis is out of reach is the policy's
+  // answer, not the budget's: the global budget may have units. Said like every other answer
+  // made without the shared store.
+  private markCutOff(checks: readonly LimitCheck[], routes: readonly Route[], d: Decision, domain: string | undefined): Decision {
+    if (this.link.reachable || d.admitted || d.degraded !== undefined) return d;
+    const dry = checks.some((c, i) => routes[i] === 'pool' && c.mode === 'enforce' && c.hits > 0 && !d.outcomes[i].allowed);
+    if (!dry) return d;
+    return { ...d, degraded: { policy: 'local', reason: this.cutOffReason(domain) } };
+  }
+
+  private cutOffReason(domain: string | undefined): string {
+    return `global Redis unreachable from region ${this.o.region}: the region's allowance is spent; ${describe(this.policyFor(domain))}`;
   }
 
   peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
@@ -156,8 +172,15 @@ export class RegionalStore implements Store, SharedOps {
   // What the regional fallback admitted while the regional Redis could not decide was admitted
   // without any allowance: it goes into the global budget, as a partition's admissions do (the
   // journal keeps it and tries again while the global Redis is out of reach).
-  absorb(entries: readonly AbsorbEntry[]): Promise<void> {
-    return this.link.absorb(entries);
+  async absorb(entries: readonly AbsorbEntry[]): Promise<void> {
+    const debts = entries.map((e) => ({ ...e, debt: true }));
+    try {
+      await this.link.absorb(debts);
+    } catch (err) {
+      // The journal knows its entries by identity: say which of its own landed.
+      if (err instanceof PartialWrite) throw new PartialWrite(err.message, new Set(entries.filter((_, i) => err.landed.has(debts[i]))));
+      throw err;
+    }
   }
 
   refund(entries: readonly RefundEntry[]): Promise<void> {
@@ -207,8 +230,7 @@ export class RegionalStore implements Store, SharedOps {
     at.forEach((i, j) => (outcomes[i] = d!.outcomes[j]));
     const admitted = admits(checks.map((c) => c.mode), outcomes.map((o) => o.allowed));
     const allow = routes.includes('allow');
-    const reason = `global Redis unreachable from region ${this.o.region}: the region's allowance is spent; ${describe(this.policyFor(options.domain))}`;
-    return { admitted, outcomes, storeTimeMs: d?.storeTimeMs, degraded: { policy: allow ? 'allow' : 'local', reason } };
+    return { admitted, outcomes, storeTimeMs: d?.storeTimeMs, degraded: { policy: allow ? 'allow' : 'local', reason: this.cutOffReason(options.domain) } };
   }
 
   private partitionCheck(c: LimitCheck, domain: string | undefined): LimitCheck {
@@ -255,7 +277,11 @@ export class RegionalStore implements Store, SharedOps {
       for (const i of cold) void this.refiller.refill(checks[i], undefined);
       return false;
     }
-    const results = await withTimeout(Promise.all(cold.map((i) => this.refiller.refill(checks[i], undefined))), budget);
+    // A lease answers in about a round trip; one that takes three is stuck (a link going dark),
+    // and the caller is better served by a denial now than by one at its deadline.
+    const rtt = this.link.roundTripMs;
+    const wait = rtt > 0 ? Math.min(budget, 3 * rtt + COLD_WAIT_SLACK_MS) : budget;
+    const results = await withTimeout(Promise.all(cold.map((i) => this.refiller.refill(checks[i], undefined))), wait);
     if (results === undefined) return false;
     if (results.includes('busy')) {
       // Another replica of the region is leasing it: its credit lands about a round trip later.
