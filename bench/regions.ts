@@ -5,11 +5,12 @@ import { type Deployment, type DriveResult, type Overrides, type Sample, drive, 
 import { metricSum } from './fleet';
 
 // The multi-region scenario (docs/multi-region.md) at its real scale: one tenant limited to 1000
-// requests a minute, offered twice that, 70% in region a and 30% in b; each region two replicas on
-// its own Redis, 40 ms (one way) from the global Redis. Phases: steady; b's link to the global Redis
-// cut (partition policy deny); restored (reconciliation); demand shifted to 10% a / 90% b. A second
-// deployment repeats steady / cut / restored under the 50% share policy. Durations scale with
-// REGIONS_BENCH_SCALE (default 1). Nothing asserts: this prints what happened.
+// requests a minute, offered twice that, 70% in region a and 30% in b; each region two replicas
+// (each its own process) on its own Redis, 40 ms (one way) from the global Redis. Phases: steady;
+// b's link to the global Redis cut (partition policy deny); restored (reconciliation); demand
+// shifted to 10% a / 90% b. A second deployment repeats steady / cut / restored under the 50% share
+// policy. Durations scale with REGIONS_BENCH_SCALE (default 1). Nothing asserts: this prints what
+// happened.
 
 const LIMIT = 1000;
 const MINUTE_S = 60;
@@ -77,7 +78,8 @@ export async function regionsBench(scale: number): Promise<RegionsBench> {
     for (const algorithm of REGION_ALGORITHMS) {
       const deny = await runScenario({ algorithm, scale, settings: {}, phases: [['steady', 120], ['cut', 30], ['restored', 60], ['shift', 60]] });
       const share = await runScenario({ algorithm, scale, settings: { globalPartitionPolicy: '50%' }, phases: [['steady', 60], ['cut', 30], ['restored', 60]] });
-      columns.push([...steadyFigures(deny), ...cutFigures(deny, 'deny'), ...shiftFigures(deny), ...cutFigures(share, '50%'), ...health(deny, share)]);
+      const baseline = await baselineLatency(algorithm, scale);
+      columns.push([...steadyFigures(deny), baseline, ...cutFigures(deny, 'deny'), ...shiftFigures(deny), ...cutFigures(share, '50%'), ...health(deny, share)]);
       if (algorithm === 'token_bucket') chart = deny;
     }
   } finally {
@@ -116,7 +118,9 @@ interface ScenarioOptions {
 // restore are timers during it, so the load never pauses at a phase edge.
 async function runScenario(o: ScenarioOptions): Promise<Run> {
   const phases = phasesOf(o.phases, o.scale);
-  const deployment = await startRegions({ regions: [{ name: 'a', replicas: 2 }, { name: 'b', replicas: 2 }], configYaml: configYaml(o.algorithm), delayMs: DELAY_MS, settings: o.settings });
+  // Replicas as processes, as deployed: the latency measured is a replica's, not that of four
+  // replicas and the load generator sharing one event loop.
+  const deployment = await startRegions({ regions: [{ name: 'a', replicas: 2 }, { name: 'b', replicas: 2 }], configYaml: configYaml(o.algorithm), delayMs: DELAY_MS, settings: o.settings, processes: true });
   try {
     const warmUpMs = WARM_UP_MS + (o.algorithm === 'token_bucket' ? BURST_SPENT_MS : 0);
     // At full scale the measured drive starts on a minute of the epoch, so the fixed window's
@@ -129,6 +133,22 @@ async function runScenario(o: ScenarioOptions): Promise<Run> {
     timers.forEach(clearTimeout);
     marks.push(mark(deployment));
     return { algorithm: o.algorithm, result, phases, marks: await Promise.all(marks) };
+  } finally {
+    await deployment.stop();
+  }
+}
+
+// The same replicas, load and machine with one region's setup: every replica on one local Redis,
+// no global store. What a decision costs here without any multi-region work: the reference for
+// the steady-state latency above.
+async function baselineLatency(algorithm: Algorithm, scale: number): Promise<string[]> {
+  const deployment = await startRegions({ regions: [{ name: 'a', replicas: 2 }, { name: 'b', replicas: 2 }], configYaml: configYaml(algorithm), delayMs: 0, global: false, processes: true });
+  try {
+    await drive({ deployment, durationMs: WARM_UP_MS, ratePerSecond: (region) => rateOf('steady', region), request });
+    const durationMs = Math.max(1, Math.round(60 * scale)) * 1000;
+    const result = await drive({ deployment, durationMs, ratePerSecond: (region) => rateOf('steady', region), request });
+    const steady: Phase = { name: 'steady', fromS: 0, toS: durationMs / 1000 };
+    return ['single-region reference (all four replicas on one local Redis): latency p50 / p99 / max ms, a; b', `${latency(samplesIn(result, steady, 'a'))}; ${latency(samplesIn(result, steady, 'b'))}`];
   } finally {
     await deployment.stop();
   }

@@ -1,7 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import { type RateLimitRequest, type RateLimitResponse, RateLimitResponse_Code as Code } from '../../src/gen/envoy/service/ratelimit/v3/rls';
-import type { Running } from './app';
-import type { Deployment, Region } from './regions';
+import type { Deployment, Region, Replica } from './regions';
 
 // The load of a multi-region simulation (test/support/regions.ts): an open-loop generator per
 // region and what it measured, per second, per region and per limiter window.
@@ -117,7 +116,7 @@ function makeSender({ region, opts, pending }: SenderSetup) {
 }
 
 interface CallSetup {
-  app: Running;
+  app: Replica;
   request: Partial<RateLimitRequest>;
   deadlineMs: number;
   at: Pick<Sample, 'region' | 'second' | 'sentAtMs' | 'requestIndex'>;

@@ -1,8 +1,11 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { Settings } from '../../src/settings';
+import * as grpc from '@grpc/grpc-js';
+import { RateLimitServiceClient } from '../../src/gen/envoy/service/ratelimit/v3/rls';
+import { type Settings, SETTINGS } from '../../src/settings';
 import { type Running, startApp } from './app';
+import { spawnServer } from './process';
 import { type DelayProxy, startDelayProxy } from './delay-proxy';
 import { type RedisNode, startRedis } from './redis';
 
@@ -22,9 +25,10 @@ import { type RedisNode, startRedis } from './redis';
 //   settings. With sharedOverWan, each region reaches that shared Redis through its own DelayProxy
 //   (one central Redis across the WAN: the design multi-region replaces).
 
-// The multi-region keys (region, globalRedisUrl, globalPartitionPolicy, globalLeaseHorizonMs) may
-// not be in Settings yet; they pass through to the app untouched either way.
-export type Overrides = Partial<Settings> & Record<string, unknown>;
+export type Overrides = Partial<Settings>;
+
+// One replica, in this process (startApp) or as its own process (the CLI): what a caller needs.
+export type Replica = Pick<Running, 'client' | 'grpcPort' | 'http' | 'stop'>;
 
 export interface RegionSpec {
   name: string;
@@ -42,13 +46,16 @@ export interface StartRegionsOptions {
   global?: boolean;
   sharedOverWan?: boolean;
   readyTimeoutMs?: number;
+  // Each replica its own process (`sluice serve`), as deployed: no replica's work delays another's
+  // answers (a benchmark's latency). Default: all in this process (faster to start, for tests).
+  processes?: boolean;
 }
 
 export interface Region {
   name: string;
   redis: RedisNode;
   proxy?: DelayProxy;
-  apps: Running[];
+  apps: Replica[];
 }
 
 export interface Deployment {
@@ -121,16 +128,37 @@ async function startRegion(r: RegionStart): Promise<Region> {
     ...opts.settings,
     ...opts.regionSettings?.[spec.name],
   };
-  const apps: Running[] = [];
+  const apps: Replica[] = [];
   for (let i = 0; i < spec.replicas; i++) {
-    const app = await startApp(overrides as Partial<Settings>);
+    const app = opts.processes ? await spawnReplica(overrides) : await startApp(overrides);
     cleanup.push(() => app.stop());
     apps.push(app);
   }
   return { name: spec.name, redis: local ?? central, proxy, apps };
 }
 
-async function waitReady(app: Running, timeoutMs: number): Promise<void> {
+// The same settings as flags of the real CLI, in a process of its own.
+async function spawnReplica(overrides: Overrides): Promise<Replica> {
+  const args: string[] = [];
+  for (const [key, value] of Object.entries(overrides)) {
+    const spec = SETTINGS.find((x) => x.key === key);
+    if (spec === undefined) throw new Error(`spawnReplica: no setting ${key}`);
+    args.push(`--${spec.flag}=${Array.isArray(value) ? value.join(',') : String(value)}`);
+  }
+  const server = await spawnServer(args);
+  const client = new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure());
+  return {
+    client,
+    grpcPort: server.grpcPort,
+    http: (path, init) => fetch(`http://127.0.0.1:${server.httpPort}${path}`, init),
+    async stop() {
+      client.close();
+      await server.stop();
+    },
+  };
+}
+
+async function waitReady(app: Replica, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let last = '';
   for (;;) {
