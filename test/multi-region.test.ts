@@ -53,15 +53,19 @@ afterEach(async () => {
 });
 after(() => stopAll());
 
-// Admitted per fixed window of the limiter (epoch-aligned, as Redis' clock decides them).
-function perWindow(r: DriveResult): Map<number, { a: number; b: number }> {
-  const out = new Map<number, { a: number; b: number }>();
+// Admitted per fixed window of the limiter (epoch-aligned, as Redis' clock decides them). A request
+// was decided between its send and its answer: `a`, `b` count those decided in the window for
+// certain (both in it), the bound to check against the limit; `possible` also those whose send or
+// answer falls in it (in flight across the window's edge), what the window may have admitted.
+function perWindow(r: DriveResult): Map<number, { a: number; b: number; possible: number }> {
+  const out = new Map<number, { a: number; b: number; possible: number }>();
+  const entry = (w: number) => out.get(w) ?? out.set(w, { a: 0, b: 0, possible: 0 }).get(w)!;
+  const windowOf = (ms: number) => Math.floor((r.startedAtMs + ms) / (WINDOW_S * 1000));
   for (const s of r.samples) {
     if (!s.admitted) continue;
-    const w = Math.floor((r.startedAtMs + s.sentAtMs) / (WINDOW_S * 1000));
-    const e = out.get(w) ?? { a: 0, b: 0 };
-    e[s.region as 'a' | 'b']++;
-    out.set(w, e);
+    const [from, to] = [windowOf(s.sentAtMs), windowOf(s.sentAtMs + s.latencyMs)];
+    if (from === to) entry(from)[s.region as 'a' | 'b']++;
+    for (let w = from; w <= to; w++) entry(w).possible++;
   }
   return out;
 }
@@ -117,7 +121,7 @@ describe('multi-region', () => {
     // Full windows (not the first and last, which the run covers in part): the regions' demand
     // is twice the limit, so the whole budget is used; units leased at a window's very end may be
     // left unspent.
-    for (const [w, n] of windows.slice(1, -1)) assert.ok(n.a + n.b >= 0.9 * LIMIT, `window ${w}: only ${n.a + n.b} admitted`);
+    for (const [w, n] of windows.slice(1, -1)) assert.ok(n.possible >= 0.9 * LIMIT, `window ${w}: only ${n.possible} admitted`);
     // Both regions were served.
     for (const [w, n] of windows.slice(1, -1)) assert.ok(n.a > 0 && n.b > 0, `window ${w}: a ${n.a}, b ${n.b}`);
     assert.ok(calls / r.totals.sent <= 0.05, `${calls} global script calls for ${r.totals.sent} decisions`);
@@ -363,9 +367,10 @@ describe('multi-region', () => {
       }
       assert.equal(before, 6);
       link.cut();
-      // Cut off with nothing held: allowed on the region's own, each one an overshoot.
+      // Cut off with nothing held: allowed on the region's own, each one an overshoot (once two
+      // leases have timed out: a few seconds on a busy machine).
       let own = 0;
-      for (let i = 0; i < 40 && own < 6; i++) {
+      for (const until = Date.now() + 20_000; Date.now() < until && own < 6; ) {
         const r = await call();
         if (r.overallCode === 1) own++;
         else await new Promise((resolve) => setTimeout(resolve, 50));
@@ -376,12 +381,15 @@ describe('multi-region', () => {
         const line = (await (await app.http('/metrics')).text()).split('\n').find((l) => l.startsWith(`sluice_region_units_total{region="b",event="${event}"}`));
         return Number(line?.split(' ').pop() ?? 0);
       };
-      for (let i = 0; i < 200 && (await metric('reconciled')) < 6; i++) await new Promise((resolve) => setTimeout(resolve, 25));
-      assert.deepEqual([await metric('overshoot'), await metric('reconciled')], [6, 6]);
-      // The bucket gave what the region leased and took the six it admitted on its own (it
-      // refills 10 an hour: the seconds of this test add less than 0.05).
+      // Of the six, those the region admitted on its own (one may have been a unit it still held).
+      const overshoot = await metric('overshoot');
+      assert.ok(overshoot >= 5, `only ${overshoot} of 6 admitted on the region's own`);
+      for (let i = 0; i < 200 && (await metric('reconciled')) < overshoot; i++) await new Promise((resolve) => setTimeout(resolve, 25));
+      assert.equal(await metric('reconciled'), overshoot);
+      // The bucket gave what the region leased and took what it admitted on its own (it refills
+      // 10 an hour: the seconds of this test add less than 0.05).
       const level = await tokens();
-      const expected = 10 - ((await metric('leased')) - (await metric('returned'))) - 6;
+      const expected = 10 - ((await metric('leased')) - (await metric('returned'))) - overshoot;
       assert.ok(expected < 0 && Math.abs(level - expected) < 0.05, `the global bucket holds ${level}, expected ${expected}`);
     } finally {
       await app.stop();

@@ -35,6 +35,8 @@ const SWEEP_MS = 250;
 // After a claim lost to another replica of the region, ask again no sooner than this, ms.
 const BUSY_BACKOFF_MS = 50;
 const MAX_TRACKED = 100_000;
+// Kept off a window allowance's life for the credit to reach the regional Redis, ms.
+const CREDIT_TRAVEL_MS = 5;
 
 export type RefillResult = 'credited' | 'busy' | 'failed';
 
@@ -143,13 +145,14 @@ export class Refiller {
     const wanted = Math.max(1, size - Math.max(0, held ?? 0));
     const spec = { key: check.key, ...specOf(check) };
     let grant: LeaseGrant;
+    const sentAt = this.o.clock.now();
     try {
       grant = await this.link.lease(spec, wanted, { key: this.keys.demand(check.key), region: this.o.region, rate: this.regionRate(check.key), staleMs: 3 * this.o.horizonMs });
     } catch {
       // The lock, left to expire, is the region's backoff.
       return 'failed';
     }
-    const ttlMs = this.ttlFor(check, grant);
+    const ttlMs = this.ttlFor(check, grant, sentAt);
     const holdMs = this.holdFor(check, grant, wanted);
     await this.regional.credit({
       key: pool,
@@ -171,11 +174,14 @@ export class Refiller {
     return 'credited';
   }
 
-  // A window lease ends with its window, a round trip early (the global Redis' clock decided the
-  // window); others after the lease TTL.
-  private ttlFor(check: LimitCheck, grant: LeaseGrant): number {
+  // A window lease ends with its window; others after the lease TTL. The global Redis took the
+  // units at takenAtMs, no earlier than the lease was sent: the window's rest counted from the send
+  // (everything since, the round trip and this process' own delays included, is taken off) ends the
+  // allowance no later than the window, whatever this process' event loop did meanwhile.
+  private ttlFor(check: LimitCheck, grant: LeaseGrant, sentAt: number): number {
     if (!isWindow(check)) return this.o.leaseTtlMs;
-    const left = windowStart(grant.takenAtMs, check.periodMs) + check.periodMs - grant.takenAtMs - this.link.roundTripMs;
+    const windowLeft = windowStart(grant.takenAtMs, check.periodMs) + check.periodMs - grant.takenAtMs;
+    const left = windowLeft - (this.o.clock.now() - sentAt) - CREDIT_TRAVEL_MS;
     return Math.max(1, Math.min(this.o.leaseTtlMs, left));
   }
 
