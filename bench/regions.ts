@@ -1,6 +1,6 @@
 import { barChart } from '../src/svg-chart';
 import { d } from '../test/support/app';
-import { type RedisNode, stopAll } from '../test/support/redis';
+import { scriptCalls, stopAll } from '../test/support/redis';
 import { type Deployment, type DriveResult, type Overrides, type Sample, drive, percentile, startRegions } from '../test/support/regions';
 import { metricSum } from './fleet';
 
@@ -168,17 +168,8 @@ function msUntilMinute(leadMs: number): number {
 
 async function mark(deployment: Deployment): Promise<Mark> {
   const apps = deployment.regions.flatMap((r) => r.apps);
-  const [scriptCalls, ...texts] = await Promise.all([globalScriptCalls(deployment.global!), ...apps.map(async (app) => (await app.http('/metrics')).text())]);
-  return { scriptCalls, metrics: texts.join('\n') };
-}
-
-// Script calls the global Redis ran: each global-store operation is one FCALL (EVALSHA where
-// functions are unavailable). total_commands_processed would also count the commands inside them.
-async function globalScriptCalls(node: RedisNode): Promise<number> {
-  const stats = await node.cli('INFO', 'commandstats');
-  let calls = 0;
-  for (const m of stats.matchAll(/^cmdstat_(?:fcall|fcall_ro|evalsha|evalsha_ro):calls=(\d+)/gm)) calls += Number(m[1]);
-  return calls;
+  const [calls, ...texts] = await Promise.all([scriptCalls(deployment.global!), ...apps.map(async (app) => (await app.http('/metrics')).text())]);
+  return { scriptCalls: calls, metrics: texts.join('\n') };
 }
 
 // A metric's growth between two marks, summed over every replica of both regions.

@@ -9,7 +9,7 @@ import { d, type Running, startApp } from './support/app';
 import { startDelayProxy } from './support/delay-proxy';
 import { startCluster, startRedis, stopAll } from './support/redis';
 import { awayFromWindowEdge } from './support/time';
-import { type Deployment, type DriveResult, type Overrides, drive, scriptCalls, startRegions } from './support/regions';
+import { type Deployment, type DriveResult, type Overrides, drive, scriptCalls, startRegions, waitReady } from './support/regions';
 
 // Multi-region (docs/multi-region.md): two regions of two replicas, each region on its own
 // redis-server, one global redis-server 40 ms away (each way) through a proxy that can cut the
@@ -101,10 +101,6 @@ function callWithDeadline(app: Running, request: Partial<RateLimitRequest>, dead
   return new Promise((resolve, reject) =>
     app.client.shouldRateLimit(full, new grpc.Metadata(), { deadline: Date.now() + deadlineMs }, (err, res) => (err ? reject(err) : resolve(res))),
   );
-}
-
-async function untilHealthy(app: Running): Promise<void> {
-  for (let i = 0; i < 500 && (await app.http('/healthcheck')).status !== 200; i++) await new Promise((resolve) => setTimeout(resolve, 20));
 }
 
 describe('multi-region', () => {
@@ -256,7 +252,7 @@ describe('multi-region', () => {
           }),
         );
       }
-      for (const app of apps) await untilHealthy(app);
+      for (const app of apps) await waitReady(app, 20_000);
       await awayFromWindowEdge(3_600_000, 10_000);
       // Tenants spread over the slots; each gets exactly its limit in one window.
       const tenants = Array.from({ length: 8 }, (_, i) => `t${i}`);
@@ -279,7 +275,7 @@ describe('multi-region', () => {
     fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: ${LIMIT} }\n`);
     const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${global.port}`, breakerCooldownMs: 200 });
     try {
-      await untilHealthy(app);
+      await waitReady(app, 20_000);
       await awayFromWindowEdge(3_600_000, 30_000);
       const call = (deadlineMs: number) => callWithDeadline(app, { domain: 'mr', descriptors: [d(['tenant', 't1'])] }, deadlineMs);
       for (let i = 0; i < 20; i++) assert.equal((await call(1000)).overallCode, 1);
@@ -322,7 +318,7 @@ describe('multi-region', () => {
         // Every key is hot at once: each replica serves from a lease of 10% of the limit.
         apps.push(await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${global.port}`, leaseAutoThreshold: 1, leaseAutoShare: 0.1 }));
       }
-      for (const app of apps) await untilHealthy(app);
+      for (const app of apps) await waitReady(app, 20_000);
       await awayFromWindowEdge(3_600_000, 30_000);
       const answers = [];
       for (let round = 0; round < 30; round++) {
@@ -354,7 +350,7 @@ describe('multi-region', () => {
     // Leases of about one unit: the region runs dry with budget left in the global bucket.
     const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'b', globalRedisUrl: `127.0.0.1:${link.port}`, globalPartitionPolicy: 'allow', globalTimeoutMs: 300, globalLeaseHorizonMs: 50 });
     try {
-      await untilHealthy(app);
+      await waitReady(app, 20_000);
       const call = () => callWithDeadline(app, { domain: 'mr', descriptors: [d(['tenant', 't1'])] }, 2000);
       const key = 'sluice:{mr|tenant=t1}|token_bucket:3600000';
       const tokens = async () => Number((await global.cli('GET', key)).split(':')[0]);

@@ -154,11 +154,18 @@ export function ruleCounts(result: DescriptorResult, nearLimitRatio: number): Re
 // the like turn into '_').
 export function constantLabels(extraTags: readonly string[]): Record<string, string> {
   const labels: Record<string, string> = {};
+  for (const [key, value] of tagPairs(extraTags)) labels[key.replace(/[^A-Za-z0-9_]/g, '_').replace(/^(?=\d)/, '_')] = value;
+  return labels;
+}
+
+// EXTRA_TAGS as [key, value] pairs, trimmed, the empty ones left out (statsd and Prometheus alike).
+export function tagPairs(extraTags: readonly string[]): [string, string][] {
+  const pairs: [string, string][] = [];
   for (const tag of extraTags) {
     const colon = tag.indexOf(':');
-    const key = tag.slice(0, colon).trim().replace(/[^A-Za-z0-9_]/g, '_').replace(/^(?=\d)/, '_');
+    const key = tag.slice(0, colon).trim();
     const value = tag.slice(colon + 1).trim();
-    if (key !== '' && value !== '') labels[key] = value;
+    if (key !== '' && value !== '') pairs.push([key, value]);
   }
-  return labels;
+  return pairs;
 }

@@ -1,6 +1,6 @@
 import StatsDClient, { type StatsD } from 'hot-shots';
 import type { Logger } from '../logger';
-import { type Metrics, RULE_STATS } from './metrics';
+import { type Metrics, RULE_STATS, tagPairs } from './metrics';
 import { errType } from './upstream-series';
 
 // envoyproxy/ratelimit's statsd output, so statsd_exporter mappings and dashboards built on its
@@ -116,12 +116,7 @@ export function sanitizeStatName(name: string): string {
 // '.', ':' and '|' in values replaced by '_'.
 export function tagSuffix(extraTags: readonly string[]): string {
   const tags = new Map<string, string>();
-  for (const tag of extraTags) {
-    const colon = tag.indexOf(':');
-    const key = tag.slice(0, colon).trim();
-    const value = tag.slice(colon + 1).trim();
-    if (key !== '' && value !== '') tags.set(key, value.replace(/[.:|]/g, '_'));
-  }
+  for (const [key, value] of tagPairs(extraTags)) tags.set(key, value.replace(/[.:|]/g, '_'));
   return [...tags.keys()]
     .sort()
     .map((k) => `.__${k}=${tags.get(k)}`)

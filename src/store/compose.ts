@@ -19,6 +19,7 @@ import { OverLimitCacheStage } from './stages/over-limit';
 import { ReplicaRegistry } from './stages/replicas';
 import { Stage } from './stages/stage';
 import { StoreClock } from './stages/store-clock';
+import { answeredWithin } from './timeout';
 import type { Store } from './store';
 
 export interface RedisStackOptions {
@@ -107,9 +108,9 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
     // then, at once, rather than a cool-down later (replicas recovering together keep the window
     // where one decides on Redis before another's write-back lands short).
     probing.then(() => breaker?.breaker.probeNow('Redis answered a late probe'), () => undefined);
-    const probe = await withTimeout(probing, o.stalledMs, 'recovery probe');
+    const probe = await answeredWithin(probing, o.stalledMs, 'recovery probe');
     storeClock.observe(probe.nowMs, sent, o.clock.now());
-    const beat = await withTimeout(redis.heartbeat(o.replicaId, o.replicaTtlMs, epoch.proposal), o.stalledMs, 'recovery heartbeat');
+    const beat = await answeredWithin(redis.heartbeat(o.replicaId, o.replicaTtlMs, epoch.proposal), o.stalledMs, 'recovery heartbeat');
     if (epoch.adopt(beat.epoch)) await restore(redis, lastKnown, events);
     // Calls sent before the probe have answered by now (one connection keeps order); let their
     // outcomes reach the journal before it is written.
@@ -199,10 +200,4 @@ async function restore(shared: Pick<SharedOps, 'restore'>, lastKnown: LastKnown,
   for (const k of lastKnown.all()) entries.push({ key: k.key, ...k.spec, remaining: k.remaining, atMs: k.atMs });
   for (let i = 0; i < entries.length; i += MAX_BATCH) await shared.restore(entries.slice(i, i + MAX_BATCH));
   events.restored(entries.length);
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms)));
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }

@@ -10,6 +10,7 @@ import { RefundQueue, type RefundQueueOptions } from './refund-queue';
 import { loadScripts, type ScriptName, type Scripts } from './scripts';
 import { PartialWrite, type AbsorbEntry, type AllowanceCredit, type LeaseGrant, MAX_BATCH, type RegionDemand, type RefundEntry, type RestoreEntry, type SharedOps } from './shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from './store';
+import { settledWithin } from './timeout';
 
 export type RedisClient = Redis | Cluster;
 
@@ -139,11 +140,11 @@ export class RedisStore implements Store, SharedOps {
 
   async close(): Promise<void> {
     this.closed = true;
-    await withTimeout(this.refunds.drain().catch(() => undefined), CLOSE_WAIT_MS);
+    await settledWithin(this.refunds.drain().catch(() => undefined), CLOSE_WAIT_MS);
     this.refunds.close();
     await Promise.all(
       this.options.clients.map(async (c) => {
-        await withTimeout(c.quit().catch(() => undefined), CLOSE_WAIT_MS);
+        await settledWithin(c.quit().catch(() => undefined), CLOSE_WAIT_MS);
         c.disconnect();
       }),
     );
@@ -628,10 +629,4 @@ function strip(o: LimitOutcome & { remainingBefore: number; resetBefore: number 
     usedBefore: o.usedBefore,
     ...(o.held !== undefined || 'held' in o ? { held: o.held } : {}),
   };
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms)));
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }

@@ -158,7 +158,8 @@ async function spawnReplica(overrides: Overrides): Promise<Replica> {
   };
 }
 
-async function waitReady(app: Replica, timeoutMs: number): Promise<void> {
+// Until /healthcheck says 200 (config served, store answered a real decision); throws saying why not.
+export async function waitReady(app: Replica, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let last = '';
   for (;;) {
@@ -187,13 +188,6 @@ export async function redisInfoCalls(node: RedisNode): Promise<number> {
   return Number(line.slice('total_commands_processed:'.length));
 }
 
-// Script calls the node has run (FCALL, EVALSHA, EVAL: sluice's store calls), from INFO commandstats.
-export async function scriptCalls(node: RedisNode): Promise<number> {
-  const stats = await node.cli('INFO', 'commandstats');
-  let calls = 0;
-  for (const m of stats.matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm)) calls += Number(m[1]);
-  return calls;
-}
-
 export { admittedInWindows, drive, percentile } from './drive';
+export { scriptCalls } from './redis';
 export type { Counts, DriveOptions, DriveResult, LatencyStats, Sample, Totals, WindowAdmitted } from './drive';

@@ -1,6 +1,7 @@
 import type { Clock } from '../../clock';
 import type { LimitSpec } from '../../limiter/algorithms';
 import type { AbsorbEntry, LeaseGrant, RegionDemand, SharedOps } from '../shared';
+import { answeredWithin } from '../timeout';
 import type { RegionEvents } from './events';
 
 export interface GlobalLinkOptions {
@@ -87,13 +88,9 @@ export class GlobalLink {
 
   private async call<T>(operation: string, fn: () => Promise<T>): Promise<T> {
     const started = this.o.clock.now();
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`global Redis: no answer within ${this.o.timeoutMs} ms`)), this.o.timeoutMs);
-    });
     try {
       // A connection still opening (at start, after a reconnect) is waited for, within the timeout.
-      const result = await Promise.race([this.whenConnected().then(fn), timeout]);
+      const result = await answeredWithin(this.whenConnected().then(fn), this.o.timeoutMs, 'global Redis');
       this.o.events.globalCall(operation, 'ok', (this.o.clock.now() - started) / 1000);
       this.failures = 0;
       return result;
@@ -101,8 +98,6 @@ export class GlobalLink {
       this.o.events.globalCall(operation, 'error', (this.o.clock.now() - started) / 1000);
       if (++this.failures >= FAILURES_FOR_PARTITION) this.partition((err as Error).message);
       throw err;
-    } finally {
-      clearTimeout(timer);
     }
   }
 

@@ -5,6 +5,7 @@ import type { PartitionPolicy } from '../../settings';
 import type { RedisStore } from '../redis';
 import { type AbsorbEntry, type LeaseGrant, PartialWrite, type RefundEntry, type RestoreEntry, type SharedOps } from '../shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from '../store';
+import { settledWithin } from '../timeout';
 import { PartitionDebt } from './debt';
 import type { RegionEvents } from './events';
 import type { GlobalLink } from './global-link';
@@ -281,7 +282,7 @@ export class RegionalStore implements Store, SharedOps {
     // and the caller is better served by a denial now than by one at its deadline.
     const rtt = this.link.roundTripMs;
     const wait = rtt > 0 ? Math.min(budget, 3 * rtt + COLD_WAIT_SLACK_MS) : budget;
-    const results = await withTimeout(Promise.all(cold.map((i) => this.refiller.refill(checks[i], undefined))), wait);
+    const results = await settledWithin(Promise.all(cold.map((i) => this.refiller.refill(checks[i], undefined))), wait);
     if (results === undefined) return false;
     if (results.includes('busy')) {
       // Another replica of the region is leasing it: its credit lands about a round trip later.
@@ -324,10 +325,4 @@ function describe(p: PartitionPolicy): string {
 
 function sleep(ms: number): Promise<void> {
   return ms <= 0 ? Promise.resolve() : new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms)));
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
