@@ -2,7 +2,8 @@ import { barChart } from '../src/svg-chart';
 import { d } from '../test/support/app';
 import { scriptCalls, stopAll } from '../test/support/redis';
 import { type Deployment, type DriveResult, type Overrides, type Sample, drive, percentile, startRegions } from '../test/support/regions';
-import { metricSum } from './fleet';
+import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
+import { H2LOAD_MISSING, h2loadAvailable, metricSum, runH2load } from './fleet';
 
 // The multi-region scenario (docs/multi-region.md) at its real scale: one tenant limited to 1000
 // requests a minute, offered twice that, 70% in region a and 30% in b; each region two replicas
@@ -23,6 +24,11 @@ const WARM_UP_MS = 5000;
 const BURST_SPENT_MS = (LIMIT / (OFFERED_PER_S - LIMIT_PER_S)) * 1000;
 // Answers slower than this waited on the global Redis (a regional decision takes a few ms).
 const SLOW_MS = 100;
+// The latency probe: h2load (C, a fraction of a Node client's CPU and no event loop of its own to
+// wait on) asks one replica per region this often on one connection, through the steady phase, on
+// a key of its own whose limit is never reached: the tenant's budget and figures are untouched,
+// and every answer takes the request path a tenant's does (the regional allowance, leased).
+const PROBE_PER_S = 20;
 export const REGION_ALGORITHMS = ['token_bucket', 'fixed_window'] as const;
 type Algorithm = (typeof REGION_ALGORITHMS)[number];
 type PhaseName = 'steady' | 'cut' | 'restored' | 'shift';
@@ -42,9 +48,18 @@ interface Mark {
   metrics: string;
 }
 
+// What h2load measured on one replica of a region, or why it did not run.
+interface Probe {
+  region: string;
+  latenciesMs: number[];
+  requests: number;
+  status2xx: number;
+}
+
 interface Run {
   algorithm: Algorithm;
   result: DriveResult;
+  probes: Probe[] | string;
   phases: Phase[];
   // At the start of each phase, then at the end of the run.
   marks: Mark[];
@@ -76,10 +91,12 @@ export async function regionsBench(scale: number): Promise<RegionsBench> {
   let chart: Run | undefined;
   try {
     for (const algorithm of REGION_ALGORITHMS) {
-      const deny = await runScenario({ algorithm, scale, settings: {}, phases: [['steady', 120], ['cut', 30], ['restored', 60], ['shift', 60]] });
+      // The shift comes 15 s into an epoch minute (3 min 15 s into the drive), while a fixed window
+      // still holds half its budget: at twice the limit offered, a window is spent by its 30th second.
+      const deny = await runScenario({ algorithm, scale, settings: {}, phases: [['steady', 120], ['cut', 30], ['restored', 45], ['shift', 60]] });
       const share = await runScenario({ algorithm, scale, settings: { globalPartitionPolicy: '50%' }, phases: [['steady', 60], ['cut', 30], ['restored', 60]] });
       const baseline = await baselineLatency(algorithm, scale);
-      columns.push([...steadyFigures(deny), baseline, ...cutFigures(deny, 'deny'), ...shiftFigures(deny), ...cutFigures(share, '50%'), ...health(deny, share)]);
+      columns.push([...steadyFigures(deny), ...baseline, ...cutFigures(deny, 'deny'), ...shiftFigures(deny), ...cutFigures(share, '50%'), ...health(deny, share)]);
       if (algorithm === 'token_bucket') chart = deny;
     }
   } finally {
@@ -90,10 +107,27 @@ export async function regionsBench(scale: number): Promise<RegionsBench> {
 
 function configYaml(algorithm: Algorithm): string {
   const burst = algorithm === 'token_bucket' ? `, burst: ${LIMIT}` : '';
-  return `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: minute, requests_per_unit: ${LIMIT}, algorithm: ${algorithm}${burst} }\n`;
+  return [
+    'domain: mr',
+    'descriptors:',
+    `  - key: tenant\n    rate_limit: { unit: minute, requests_per_unit: ${LIMIT}, algorithm: ${algorithm}${burst} }`,
+    `  - key: probe\n    rate_limit: { unit: minute, requests_per_unit: 1000000000, algorithm: ${algorithm} }`,
+  ].join('\n') + '\n';
 }
 
 const request = () => ({ domain: 'mr', descriptors: [d(['tenant', 't1'])] });
+const PROBE_REQUEST: RateLimitRequest = { domain: 'mr', descriptors: [d(['probe', 'p1'])], hitsAddend: 0 };
+
+// PROBE_PER_S for `seconds` on the first replica of each region, all regions at once.
+async function probe(deployment: Deployment, seconds: number): Promise<Probe[] | string> {
+  if (!h2loadAvailable()) return `not measured: ${H2LOAD_MISSING}`;
+  return Promise.all(
+    deployment.regions.map(async (r) => {
+      const run = await runH2load({ port: r.apps[0].grpcPort, request: PROBE_REQUEST, requests: PROBE_PER_S * seconds, connections: 1, streams: 1, rpsPerConnection: PROBE_PER_S, latencies: true });
+      return { region: r.name, latenciesMs: run.latenciesMs ?? [], requests: run.requests, status2xx: run.status2xx };
+    }),
+  );
+}
 const rateOf = (phase: PhaseName, region: string) => OFFERED_PER_S * SHARES[phase === 'shift' ? 'shift' : 'normal'][region];
 
 function phasesOf(spec: [PhaseName, number][], scale: number): Phase[] {
@@ -126,13 +160,15 @@ async function runScenario(o: ScenarioOptions): Promise<Run> {
     // At full scale the measured drive starts on a minute of the epoch, so the fixed window's
     // windows (Redis' clock) line up with the phases; shorter runs have no whole window anyway.
     if (o.scale >= 1) await sleep(msUntilMinute(warmUpMs + 250));
-    await drive({ deployment, durationMs: warmUpMs, ratePerSecond: (region) => rateOf('steady', region), request });
+    // The probe's key is leased before it is measured, as the tenant's is by the warm-up.
+    await Promise.all([drive({ deployment, durationMs: warmUpMs, ratePerSecond: (region) => rateOf('steady', region), request }), probe(deployment, 1)]);
     const marks: Promise<Mark>[] = [Promise.resolve(await mark(deployment))];
     const timers = phases.slice(1).map((p) => setTimeout(() => marks.push(enterPhase(deployment, p.name)), p.fromS * 1000));
+    const probes = probe(deployment, phases[0].toS - phases[0].fromS);
     const result = await drive({ deployment, durationMs: phases[phases.length - 1].toS * 1000, ratePerSecond: (region, t) => rateOf(phaseAt(phases, t).name, region), request });
     timers.forEach(clearTimeout);
     marks.push(mark(deployment));
-    return { algorithm: o.algorithm, result, phases, marks: await Promise.all(marks) };
+    return { algorithm: o.algorithm, result, probes: await probes, phases, marks: await Promise.all(marks) };
   } finally {
     await deployment.stop();
   }
@@ -141,14 +177,18 @@ async function runScenario(o: ScenarioOptions): Promise<Run> {
 // The same replicas, load and machine with one region's setup: every replica on one local Redis,
 // no global store. What a decision costs here without any multi-region work: the reference for
 // the steady-state latency above.
-async function baselineLatency(algorithm: Algorithm, scale: number): Promise<string[]> {
+async function baselineLatency(algorithm: Algorithm, scale: number): Promise<string[][]> {
   const deployment = await startRegions({ regions: [{ name: 'a', replicas: 2 }, { name: 'b', replicas: 2 }], configYaml: configYaml(algorithm), delayMs: 0, global: false, processes: true });
   try {
-    await drive({ deployment, durationMs: WARM_UP_MS, ratePerSecond: (region) => rateOf('steady', region), request });
+    await Promise.all([drive({ deployment, durationMs: WARM_UP_MS, ratePerSecond: (region) => rateOf('steady', region), request }), probe(deployment, 1)]);
     const durationMs = Math.max(1, Math.round(60 * scale)) * 1000;
+    const probes = probe(deployment, durationMs / 1000);
     const result = await drive({ deployment, durationMs, ratePerSecond: (region) => rateOf('steady', region), request });
     const steady: Phase = { name: 'steady', fromS: 0, toS: durationMs / 1000 };
-    return ['single-region reference (all four replicas on one local Redis): latency p50 / p99 / max ms, a; b', `${latency(samplesIn(result, steady, 'a'))}; ${latency(samplesIn(result, steady, 'b'))}`];
+    return [
+      ['single-region reference (all four replicas on one local Redis): latency p50 / p99 / max ms, a; b', `${latency(samplesIn(result, steady, 'a'))}; ${latency(samplesIn(result, steady, 'b'))}`],
+      ['single-region reference: h2load probe p50 / p99 / max ms, a; b', probeLatency(await probes)],
+    ];
   } finally {
     await deployment.stop();
   }
@@ -230,8 +270,17 @@ const windowList = (windows: readonly Window[]) => windows.map((w) => `${fmt(w.a
 const windowKind = (run: Run) => (run.algorithm === 'fixed_window' ? 'epoch minute' : '60 s');
 
 function latency(samples: readonly Sample[]): string {
-  const ms = samples.map((s) => s.latencyMs);
+  return latencyOf(samples.map((s) => s.latencyMs));
+}
+
+function latencyOf(ms: readonly number[]): string {
   return `${fmt(percentile(ms, 50), 1)} / ${fmt(percentile(ms, 99), 1)} / ${fmt(ms.length ? Math.max(...ms) : NaN, 1)}`;
+}
+
+// Per region; an answer that was not a 2xx, or a request never answered, is named.
+function probeLatency(probes: Probe[] | string): string {
+  if (typeof probes === 'string') return probes;
+  return probes.map((p) => `${latencyOf(p.latenciesMs)}${p.status2xx === p.requests ? '' : ` (${p.requests - p.status2xx} of ${p.requests} not 2xx)`}`).join('; ');
 }
 
 function steadyFigures(run: Run): string[][] {
@@ -239,7 +288,8 @@ function steadyFigures(run: Run): string[][] {
   const total = admittedPerSecond(run.result);
   const windows = overlapping(limitWindows(run), steady).filter(whole);
   const perMinute = run.algorithm === 'fixed_window' ? `each whole window: ${windows.length ? windows.map((w) => vsLimit(w.admitted)).join(', ') : 'none'}` : vsLimit((sum(total, steady.fromS, steady.toS) * MINUTE_S) / (steady.toS - steady.fromS));
-  const decisions = samplesIn(run.result, steady).length;
+  const probed = typeof run.probes === 'string' ? 0 : run.probes.reduce((n, p) => n + p.requests, 0);
+  const decisions = samplesIn(run.result, steady).length + probed;
   const [m0, m1] = [markAt(run, 'steady'), markAt(run, 'steady', 1)];
   const calls = m1.scriptCalls - m0.scriptCalls;
   const ops = ['lease', 'give_back', 'probe', 'absorb'].map((op) => `${op} ${fmt(metricDelta(m0, m1, 'sluice_region_global_call_duration_seconds_count', { operation: op }))}`).join(', ');
@@ -248,7 +298,8 @@ function steadyFigures(run: Run): string[][] {
     ['steady: admitted per minute, both regions (× limit)', perMinute],
     ['steady: latency p50 / p99 / max ms, region a', latency(samplesIn(run.result, steady, 'a'))],
     ['steady: latency p50 / p99 / max ms, region b', latency(samplesIn(run.result, steady, 'b'))],
-    ['steady: global-store calls per decision', `${fmt(calls / decisions, 4)} (${fmt(calls)} script calls / ${fmt(decisions)} decisions: ${ops}); whole run ${fmt(runCalls / run.result.totals.sent, 4)}`],
+    [`steady: h2load probe (${PROBE_PER_S}/s, one connection, a key of its own) p50 / p99 / max ms, a; b`, probeLatency(run.probes)],
+    ['steady: global-store calls per decision', `${fmt(calls / decisions, 4)} (${fmt(calls)} script calls / ${fmt(decisions)} decisions: ${ops}); whole run ${fmt(runCalls / (run.result.totals.sent + probed), 4)}`],
   ];
 }
 
