@@ -66,7 +66,12 @@ export interface H2loadOptions {
   rpsPerConnection?: number;
   // Collect every request's latency (h2load --log-file) for percentiles.
   latencies?: boolean;
+  // Run h2load on these CPUs only (taskset -c), away from a pinned server.
+  cpus?: string;
 }
+
+// Distinct file names for h2load runs at once against one port.
+let runs = 0;
 
 function toMs(value: string, unit: string): number {
   return Number(value) * ({ us: 0.001, ms: 1, s: 1000 } as Record<string, number>)[unit];
@@ -75,8 +80,9 @@ function toMs(value: string, unit: string): number {
 // Runs h2load asynchronously (so that several can run at once) and parses its summary. h2load sees
 // HTTP statuses only; grpc-status is in the trailers, which it does not report.
 export function runH2load(opts: H2loadOptions): Promise<H2loadRun> {
-  const file = path.join(os.tmpdir(), `sluice-fleet-${process.pid}-${opts.port}.bin`);
-  const log = path.join(os.tmpdir(), `sluice-fleet-${process.pid}-${opts.port}.log`);
+  const run = runs++;
+  const file = path.join(os.tmpdir(), `sluice-fleet-${process.pid}-${opts.port}-${run}.bin`);
+  const log = path.join(os.tmpdir(), `sluice-fleet-${process.pid}-${opts.port}-${run}.log`);
   fs.writeFileSync(file, grpcFrame(RateLimitRequest.encode(opts.request).finish()));
   const args = [
     ...['-n', String(opts.requests), '-c', String(opts.connections ?? 4), '-m', String(opts.streams ?? 32), '-t', '1', '-d', file],
@@ -87,7 +93,8 @@ export function runH2load(opts: H2loadOptions): Promise<H2loadRun> {
   ];
   const command = `h2load ${args.map((a) => (/[\s:]/.test(a) && !a.startsWith('http') ? `'${a}'` : a)).join(' ')}`;
   return new Promise((resolve, reject) => {
-    const child = spawn('h2load', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const [cmd, argv] = opts.cpus === undefined ? ['h2load', args] : ['taskset', ['-c', opts.cpus, 'h2load', ...args]];
+    const child = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
     child.stdout.on('data', (c: Buffer) => (output += c.toString()));
     child.stderr.on('data', (c: Buffer) => (output += c.toString()));

@@ -57,7 +57,7 @@ export interface PeerBench {
   commands: string[];
 }
 
-interface Running {
+export interface Running {
   name: PeerServer;
   grpcPort: number;
   pid: number;
@@ -71,13 +71,13 @@ function cacheDir(): string {
   return path.join(base, 'sluice-bench', `ratelimit-${UPSTREAM_VERSION}`);
 }
 
-function goAvailable(): boolean {
+export function goAvailable(): boolean {
   const r = spawnSync('go', ['version']);
   return !r.error && r.status === 0;
 }
 
 // The pinned upstream binary, installed on first use.
-function upstreamBinary(): { binary: string; install: string } {
+export function upstreamBinary(): { binary: string; install: string } {
   const dir = cacheDir();
   const binary = path.join(dir, 'service_cmd');
   const install = `GOBIN=${dir} go install ${UPSTREAM_MODULE}@${UPSTREAM_VERSION}`;
@@ -89,12 +89,12 @@ function upstreamBinary(): { binary: string; install: string } {
   return { binary, install };
 }
 
-function tasksetAvailable(): boolean {
+export function tasksetAvailable(): boolean {
   return !spawnSync('taskset', ['--version']).error && os.cpus().length >= 2;
 }
 
 // Moves every thread of a process to the given CPU list; threads it starts later inherit it.
-function pin(pid: number, cpus: string): void {
+export function pin(pid: number, cpus: string): void {
   execFileSync('taskset', ['-a', '-p', '-c', cpus, String(pid)], { stdio: 'ignore' });
 }
 
@@ -110,7 +110,7 @@ async function redisCounters(node: RedisNode): Promise<{ cpu: number; commands: 
 
 // The same file for both services: upstream's format, nothing else (upstream rejects unknown
 // keys), so the default algorithm, fixed window, applies; limits far above what is sent.
-function writeConfig(root: string): void {
+export function writeConfig(root: string): void {
   const limit = '{ unit: minute, requests_per_unit: 1000000000 }';
   const dir = path.join(root, 'bench', 'config');
   fs.mkdirSync(dir, { recursive: true });
@@ -153,7 +153,7 @@ function freePort(): Promise<number> {
   });
 }
 
-async function startUpstream(name: PeerServer, binary: string, root: string, redisPort: number, pinned: boolean, extraEnv: Record<string, string>): Promise<Running> {
+export async function startUpstream(name: PeerServer, binary: string, root: string, redisPort: number, pinned: boolean, extraEnv: Record<string, string>): Promise<Running> {
   const [grpcPort, httpPort, debugPort] = [await freePort(), await freePort(), await freePort()];
   const env = {
     PATH: process.env.PATH ?? '',
@@ -204,7 +204,8 @@ async function startUpstream(name: PeerServer, binary: string, root: string, red
 
 async function startSluice(name: PeerServer, root: string, redisPort: number, pinned: boolean, leases: boolean): Promise<Running> {
   const server: ServerProcess = await spawnServer([
-    ...['--config', path.join(root, 'bench', 'config'), '--log-level', 'info', '--store', 'redis', '--redis-url', `127.0.0.1:${redisPort}`],
+    // One process, so that pinning it pins all of sluice (WORKERS=auto would start a worker per core).
+    ...['--config', path.join(root, 'bench', 'config'), '--log-level', 'info', '--store', 'redis', '--redis-url', `127.0.0.1:${redisPort}`, '--workers', '1'],
     ...(leases ? [] : ['--lease-auto-threshold', '0']),
   ]);
   if (pinned) pin(server.child.pid!, '1');

@@ -2,19 +2,22 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { decisionsChart } from './chart';
+import { connectionsBench, connectionsScale, connectionsTable } from './connections';
 import { type DecisionRow, decisionsBench } from './decisions';
 import { fleetBench } from './fleet';
+import { grpcImplBench, grpcImplTable } from './grpc-impl';
 import { capBench, memoryPerKey, microBench } from './micro';
 import { peerBench, peerChart, peerTable } from './peer';
 import { KEY_BYTES, redisMemory } from './redis-memory';
 import { regionsBench, regionsChart, regionsScale, regionsTable } from './regions';
+import { tracingBench } from './tracing';
 
 const CHART = path.resolve(__dirname, '../../docs/performance.svg');
 const PEER_CHART = path.resolve(__dirname, '../../docs/peer.svg');
 const REGIONS_CHART = path.resolve(__dirname, '../../docs/multi-region.svg');
 
 // Only the sections named in BENCH_SECTIONS (comma-separated: micro, memory, redis-memory,
-// decisions, fleet, peer, regions) run; all by default.
+// decisions, fleet, peer, regions, tracing, connections, grpc-impl) run; all by default.
 function wanted(section: string): boolean {
   const only = process.env.BENCH_SECTIONS;
   return only === undefined || only.split(',').map((s) => s.trim()).includes(section);
@@ -90,6 +93,45 @@ async function main(): Promise<void> {
       console.log(`\n  paced at half upstream's best rate (1 descriptor, hot key; h2load --rps, 16 connections x 1 stream): ${h.join('; ')}`);
       fs.writeFileSync(PEER_CHART, peerChart(p.rows, `${machine}, node ${process.version}; ${p.pinning.startsWith('unpinned') ? 'unpinned' : 'each service on core 1, Redis and h2load on core 0'}; BENCH_SECTIONS=peer npm run bench, ${new Date().toISOString().slice(0, 10)}`));
       console.log(`  chart: ${path.relative(process.cwd(), PEER_CHART)}`);
+    }
+  }
+  if (wanted('tracing')) {
+    const n = Math.min(requests, 100_000);
+    console.log(`\nTracing off vs on (every call sampled, OTLP/http to a local sink), memory store, 1 descriptor, hot key; ${fmt(n)} requests a row, best of 2 alternating rounds, 4 connections x 32 streams:`);
+    const t = await tracingBench(n);
+    if (typeof t === 'string') console.log(`  ${t}`);
+    else {
+      console.log(`  ${t.command}`);
+      for (const r of t.rows) console.log(`  tracing ${r.tracing.padEnd(4)} ${fmt(r.reqPerSec).padStart(8)} decisions/s   ${r.serverCpuUsPerReq.toFixed(1).padStart(6)} us CPU/request`);
+      const [off, on] = t.rows;
+      console.log(`  on/off: ${(on.reqPerSec / off.reqPerSec).toFixed(3)} x decisions/s, ${(on.serverCpuUsPerReq / off.serverCpuUsPerReq).toFixed(3)} x CPU per request; spans received ${fmt(t.spans)} of ${fmt(t.expectedSpans)} (2 per call)`);
+    }
+  }
+  if (wanted('connections')) {
+    const { scale, seconds } = connectionsScale();
+    console.log(`\nMany connections x 1 req/s each (500, 1,000, 4,000 scaled x${scale}; ${seconds} s a row), 1 stream each, grpc-timeout 1S, 3 descriptors, one Redis, every answer from Redis; h2load split into 10 processes 0.1 s apart:`);
+    const c = await connectionsBench();
+    if (typeof c === 'string') console.log(`  ${c}`);
+    else {
+      for (const n of c.notes) console.log(`  ${n}`);
+      console.log(`  ${c.command} (x10)`);
+      console.log('');
+      console.log(connectionsTable(c.rows));
+    }
+  }
+  if (wanted('grpc-impl')) {
+    console.log(`\nsluice on grpc-js vs on its own node:http2 server (GRPC_SERVER_IMPL), same Redis and requests; ${fmt(requests)} requests a row, best of 2 alternating rounds:`);
+    const g = await grpcImplBench(requests);
+    if (typeof g === 'string') console.log(`  ${g}`);
+    else {
+      console.log(`  ${g.pinning}`);
+      for (const c of g.commands) console.log(`  ${c}`);
+      console.log('');
+      console.log(grpcImplTable(g.rows));
+      console.log('');
+      console.log(connectionsTable(g.fleet));
+      console.log(`\n  degraded answers: ${g.degraded}`);
+      for (const p of g.profiles) console.log(`  profile ${p}`);
     }
   }
   if (wanted('regions')) {

@@ -1,25 +1,32 @@
 import type http from 'node:http';
-import type * as grpc from '@grpc/grpc-js';
+import type https from 'node:https';
 import type { Clock } from './clock';
 import { ConfigHolder, type ReloadResult } from './config/holder';
 import { createLogger, type Logger } from './logger';
 import { RateLimitService } from './service/ratelimit';
-import { bindGrpc, createGrpcServer, drainGrpc } from './server/grpc';
+import { createGrpcListener, type GrpcListener } from './server/h2grpc/listener';
 import { HealthState } from './server/health';
 import { ADMIN_ROUTES, createHttpServer, type HttpServerOptions, listenHttp, MAIN_ROUTES } from './server/http';
-import { grpcCredentials, type ServerTls, serverTls } from './server/tls';
+import { type ServerTls, serverTls } from './server/tls';
+import { refuseHttpsPeersWithoutSan } from './server/client-san';
+import { createPrometheusListener } from './server/prometheus-listener';
 import { ConfigWatcher } from './config/watcher';
+import type { ConfigLimits } from './config/limits';
 import type { XdsConfigClient } from './config/xds/client';
 import { createXdsSource } from './config/xds/source';
+import { compatModeLine } from './compat-mode';
 import { Metrics } from './server/metrics';
 import { StatsdSink } from './server/statsd';
+import { createTracer } from './server/tracing';
 import { describeSettings, type PartitionPolicy, partitionPolicy, redactRedisUrl, type Settings } from './settings';
 import { regionEvents } from './server/region-events';
 import type { StoreEvents } from './store/events';
+import type { OverLimitCacheStats } from './store/over-limit-cache';
 import type { RegionOptions } from './store/region';
 import { MemoryStore } from './store/memory';
 import { storeEvents } from './server/store-events';
-import { createRedisStack, redisStackOptions } from './store/compose';
+import { createPerSecondSplit, createRedisStack, redisStackOptions } from './store/compose';
+import { createPerSecondRedis } from './store/persecond';
 import { RedisStore } from './store/redis';
 import { createRedisClients } from './store/redis-connection';
 import type { Store } from './store/store';
@@ -28,6 +35,9 @@ export interface AppOptions {
   logger?: Logger;
   clock?: Clock;
   store?: Store;
+  // Set in each worker of WORKERS > 1 (server/workers.ts): config comes from the primary, which
+  // alone reads files or xDS and counts loads; ConfigHolder.adopt() swaps it in.
+  configFromPrimary?: boolean;
 }
 
 export interface App {
@@ -38,7 +48,7 @@ export interface App {
   readonly config: ConfigHolder;
   readonly logger: Logger;
   // Binds both listeners; resolves with the ports actually bound (port 0 picks a free one).
-  start(): Promise<{ grpcPort: number; httpPort: number; adminPort: number }>;
+  start(): Promise<{ grpcPort: number; httpPort: number; adminPort: number; prometheusPort?: number }>;
   reloadConfig(): ReloadResult;
   stop(): Promise<void>;
 }
@@ -46,9 +56,12 @@ export interface App {
 function createStore(settings: Settings, metrics: Metrics, logger: Logger, clock?: Clock): Store {
   if (settings.store === 'redis') {
     const events = storeEvents(metrics, logger);
+    // First, so that a bad REDIS_PERSECOND_URL is refused before any connection opens.
+    const perSecond = settings.redisPerSecond ? createPerSecondRedis(settings, events, logger) : undefined;
     const redis = new RedisStore({ ...createRedisClients(settings, logger), events, keyPrefix: settings.cacheKeyPrefix });
-    const options = redisStackOptions(settings);
+    const options = { ...redisStackOptions(settings), onOverLimitCache: (stats: OverLimitCacheStats) => (metrics.localCacheSource = () => stats) };
     if (settings.globalRedisUrl !== '') options.region = regionOptions(settings, metrics, logger, events);
+    if (perSecond !== undefined) return createPerSecondSplit({ main: redis, perSecond, events, options, perSecondStalledMs: settings.redisPerSecondTimeoutMs });
     return createRedisStack(redis, events, options);
   }
   return createMemoryStore(settings, metrics, logger, clock);
@@ -114,22 +127,23 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
   store.onReadyChange?.(() => health.refresh());
   health.on('change', (status: string) => logger.info({ event: 'health', status, reasons: health.reasons() }, `health: ${status}`));
   const xds = settings.configType === 'grpc_xds_sotw';
-  const limits = { maxFileBytes: settings.configMaxFileBytes, maxDescriptors: settings.configMaxDescriptors };
-  const config = new ConfigHolder(xds ? [] : settings.configPaths, {
+  const fed = options.configFromPrimary === true;
+  const limits = configLimits(settings);
+  const config = new ConfigHolder(xds || fed ? [] : settings.configPaths, {
     mergeDomains: settings.mergeDomainConfig,
     limits,
     logger,
-    source: xds ? `xds ${settings.xdsServerUrl}` : undefined,
+    source: fed ? 'the primary' : xds ? `xds ${settings.xdsServerUrl}` : undefined,
     onLoad: (ok) => {
-      metrics.configLoads.inc({ result: ok ? 'success' : 'error' });
-      if (ok) metrics.configLoadTimestamp.setToCurrentTime();
+      if (!fed) metrics.configLoads.inc({ result: ok ? 'success' : 'error' });
+      if (ok && !fed) metrics.configLoadTimestamp.setToCurrentTime();
       // Cached denials and leases were derived from the old limits.
       if (ok) store.configChanged?.();
       health.setConfigRejected(config.rejection);
       health.setConfigLoaded(configReady(config, settings));
     },
   });
-  const xdsSource = xds ? createXdsSource({ settings, holder: config, limits, logger }) : undefined;
+  const { watcher, xds: xdsSource } = fed ? {} : configSources(settings, config, logger);
   const service = new RateLimitService({ config, store, settings, metrics, logger });
   const statsd = settings.statsdEnabled
     ? new StatsdSink(metrics, {
@@ -141,17 +155,10 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
         logger,
       })
     : undefined;
-  const watcher = settings.configWatch && !xds
-    ? new ConfigWatcher({
-        paths: settings.configPaths,
-        reload: (trigger) => config.reload(trigger),
-        logger,
-        pollIntervalMs: settings.configPollIntervalMs,
-        maxFileBytes: settings.configMaxFileBytes,
-      })
-    : undefined;
-  const deps = { service, health, metrics, config, logger, settingsDump: () => describeSettings(settings) };
-  let grpcServer: grpc.Server | undefined;
+  const tracer = createTracer(settings, logger);
+  const deps = { service, health, metrics, config, logger, settingsDump: () => describeSettings(settings), tracer };
+  const prometheus = createPrometheusListener({ settings, metrics, deps, http: httpOptions(settings), logger });
+  let grpcServer: GrpcListener | undefined;
   const httpServers: http.Server[] = [];
   let tls: ServerTls | undefined;
 
@@ -165,29 +172,33 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
     async start() {
       logger.info({ event: 'starting', settings: describeSettings(settings) }, 'sluice starting');
       logStoreChoice(settings, logger);
+      const mode = compatModeLine(settings);
+      logger.info(mode.fields, mode.message);
       if (xds && settings.configPaths.length > 0) {
         logger.warn({ event: 'config_paths_ignored', paths: settings.configPaths }, `CONFIG_TYPE=GRPC_XDS_SOTW: config comes from ${settings.xdsServerUrl}; CONFIG_PATH / --config (${settings.configPaths.join(', ')}) is not read`);
       }
-      startConfig({ settings, config, health, watcher, xds: xdsSource });
+      startConfig({ settings, config, health, watcher, xds: xdsSource, fed });
       statsd?.start();
-      grpcServer = createGrpcServer({ service, health, metrics, logger });
-      tls = serverTls(settings);
+      grpcServer = createGrpcListener(settings.grpcServerImpl, { service, health, metrics, logger, tracer });
+      tls = serverTls(settings, logger);
       await tls?.ready;
-      const grpcPort = await bindGrpc(grpcServer, settings.grpcHost, settings.grpcPort, grpcCredentials(tls));
+      const grpcPort = await grpcServer.bind(settings.grpcHost, settings.grpcPort, tls);
       // With gRPC TLS the main listener (POST /json) is HTTPS with the same certificate and client
       // CA, unless HTTP_PLAINTEXT; the admin listener (localhost by default) stays plaintext.
       const httpTls = settings.httpPlaintext ? undefined : tls;
       const main = createHttpServer(deps, MAIN_ROUTES, { ...httpOptions(settings), tls: httpTls });
+      if (httpTls !== undefined && httpTls.clientSan !== '') refuseHttpsPeersWithoutSan(main as https.Server, httpTls);
       const admin = createHttpServer(deps, ADMIN_ROUTES, httpOptions(settings));
       httpServers.push(main, admin);
       const httpPort = await listenHttp(main, settings.host, settings.httpPort);
       const adminPort = await listenHttp(admin, settings.adminHost, settings.adminPort);
+      const prometheusPort = await prometheus?.start();
       const ports = { grpcPort, httpPort, adminPort, httpTls: httpTls !== undefined };
       logger.info(
-        { event: 'listening', grpcPort, httpPort, adminPort, tls: settings.grpcTls, httpTls: httpTls !== undefined, store: store.kind, health: health.status },
+        { event: 'listening', grpcPort, httpPort, adminPort, prometheusPort, tls: settings.grpcTls, httpTls: httpTls !== undefined, store: store.kind, health: health.status },
         listeningLine(settings, ports, config),
       );
-      return { grpcPort, httpPort, adminPort };
+      return { grpcPort, httpPort, adminPort, prometheusPort };
     },
     reloadConfig: () => {
       if (!xds) return config.reload('signal');
@@ -202,22 +213,44 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       watcher?.stop();
       xdsSource?.stop();
       if (settings.shutdownDelayMs > 0) await new Promise((r) => setTimeout(r, settings.shutdownDelayMs));
-      await drainGrpc(grpcServer, settings.drainTimeoutMs, logger);
+      await grpcServer?.drain(settings.drainTimeoutMs, logger);
       await Promise.all(httpServers.map((h) => new Promise<void>((resolve) => (h.close(() => resolve()), h.closeIdleConnections()))));
+      await prometheus?.stop();
       tls?.close();
       // After the drain, so the last flush counts every answered call.
       await statsd?.close();
+      await tracer.shutdown();
       await store.close();
       logger.info({ event: 'stopped' }, 'sluice stopped');
     },
   };
 }
 
+export function configLimits(settings: Settings): ConfigLimits {
+  return { maxFileBytes: settings.configMaxFileBytes, maxDescriptors: settings.configMaxDescriptors };
+}
+
+// Where config comes from: an xDS stream, or files with their watcher (CONFIG_WATCH).
+export function configSources(settings: Settings, config: ConfigHolder, logger: Logger): { watcher?: ConfigWatcher; xds?: XdsConfigClient } {
+  if (settings.configType === 'grpc_xds_sotw') {
+    return { xds: createXdsSource({ settings, holder: config, limits: configLimits(settings), logger }) };
+  }
+  if (!settings.configWatch) return {};
+  const watcher = new ConfigWatcher({
+    paths: settings.configPaths,
+    reload: (trigger) => config.reload(trigger),
+    logger,
+    pollIntervalMs: settings.configPollIntervalMs,
+    maxFileBytes: settings.configMaxFileBytes,
+  });
+  return { watcher };
+}
+
 // The first config: files are read now; xDS pushes arrive on the stream. Without
 // FORCE_START_WITHOUT_INITIAL_CONFIG nothing is served (UNAVAILABLE, NOT_SERVING) until one loads.
-function startConfig(o: { settings: Settings; config: ConfigHolder; health: HealthState; watcher?: ConfigWatcher; xds?: XdsConfigClient }): void {
+function startConfig(o: { settings: Settings; config: ConfigHolder; health: HealthState; watcher?: ConfigWatcher; xds?: XdsConfigClient; fed: boolean }): void {
   const { settings, config, health } = o;
-  if (o.xds === undefined) {
+  if (o.xds === undefined && !o.fed) {
     config.reload('startup');
     o.watcher?.start();
   }
@@ -245,7 +278,9 @@ function logStoreChoice(settings: Settings, logger: Logger): void {
 // One line a person can read: where each listener is, the store, the config.
 // e.g. "sluice listening: gRPC 0.0.0.0:8081, HTTP 0.0.0.0:8080, admin 127.0.0.1:6070, store memory, config examples/config (1 domain)"
 function listeningLine(s: Settings, p: { grpcPort: number; httpPort: number; adminPort: number; httpTls: boolean }, config: ConfigHolder): string {
-  const store = s.store === 'redis' ? `store redis ${redactRedisUrl(s.redisUrl)}${s.redisType === 'single' ? '' : ` (${s.redisType})`}` : 'store memory';
+  const redis = (url: string, type: string) => `${redactRedisUrl(url)}${type === 'single' ? '' : ` (${type})`}`;
+  const perSecond = s.redisPerSecond ? `, per-second limits on redis ${redis(s.redisPerSecondUrl, s.redisPerSecondType)}` : '';
+  const store = s.store === 'redis' ? `store redis ${redis(s.redisUrl, s.redisType)}${perSecond}` : 'store memory';
   const domains = config.config?.domains.size;
   const errors = config.rejection?.errors.length ?? 0;
   const waiting = s.configType === 'grpc_xds_sotw' && errors === 0 ? 'waiting for the first push' : `not loaded: ${errors} error(s)`;

@@ -1,6 +1,11 @@
 #!/usr/bin/env node
+import cluster from 'node:cluster';
 import { createApp } from './app';
 import { runCheck, runSimulate, usage } from './cli';
+import { runWorker } from './server/cluster-worker';
+import { stopOnSignals } from './server/cluster-signals';
+import { logWorkers, planWorkers, runPrimary } from './server/workers';
+import { createLogger, type Logger } from './logger';
 import { loadSettings, SettingsError, upstreamSettingsNotRead } from './settings';
 
 // Thin on purpose: settings → app → start → signals.
@@ -9,28 +14,26 @@ async function serve(argv: string[]): Promise<void> {
   if (settings.configType === 'file' && settings.configPaths.length === 0) {
     throw new SettingsError('no config: pass --config PATH (or set CONFIG_PATH, or RUNTIME_ROOT for the upstream layout, or CONFIG_TYPE=GRPC_XDS_SOTW for config over xDS)');
   }
+  // WORKERS > 1: this process is the primary (server/workers.ts) or one of its workers.
+  if (cluster.isWorker) return runWorker(settings);
+  const workers = planWorkers(settings);
+  if (workers.count > 1) {
+    const logger = createLogger(settings.logLevel, undefined, { format: settings.logFormat });
+    warnNotRead(logger);
+    return runPrimary(settings, workers, logger);
+  }
   const app = createApp(settings);
+  warnNotRead(app.logger);
+  await app.start();
+  logWorkers(app.logger, workers);
+  stopOnSignals({ logger: app.logger, stop: () => app.stop(), hup: () => app.reloadConfig() });
+}
+
+function warnNotRead(logger: Logger): void {
   const notRead = upstreamSettingsNotRead(process.env);
   if (notRead.length > 0) {
-    app.logger.warn({ event: 'upstream_settings_not_read', names: notRead }, `envoyproxy/ratelimit settings that sluice does not read: ${notRead.join(', ')} (docs/migrating.md says what sluice does instead)`);
+    logger.warn({ event: 'upstream_settings_not_read', names: notRead }, `envoyproxy/ratelimit settings that sluice does not read: ${notRead.join(', ')} (docs/migrating.md says what sluice does instead)`);
   }
-  await app.start();
-  let stopping = false;
-  const stop = (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    app.logger.info({ event: 'signal', signal }, 'shutting down');
-    app.stop().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        app.logger.error({ err }, 'shutdown failed');
-        process.exit(1);
-      },
-    );
-  };
-  process.on('SIGTERM', () => stop('SIGTERM'));
-  process.on('SIGINT', () => stop('SIGINT'));
-  process.on('SIGHUP', () => app.reloadConfig());
 }
 
 async function main(): Promise<void> {

@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { parseDuration } from './config/duration';
+import { applyCompatMode, type CompatMode } from './compat-mode';
 import type { HashTagPolicy } from './keys';
 
 // Every setting sluice reads, from flags and the environment, in one place. Everything else gets
@@ -39,12 +40,16 @@ export interface Settings {
   httpPort: number;
   grpcHost: string;
   grpcPort: number;
+  // Which gRPC server carries the gRPC listener: grpc-js, or server/h2grpc/ on node:http2.
+  grpcServerImpl: 'grpc-js' | 'http2';
   adminHost: string;
   adminPort: number;
   grpcTls: boolean;
   grpcTlsCert: string;
   grpcTlsKey: string;
   grpcTlsClientCa: string;
+  // A verified client certificate must also carry this DNS or IP SAN ('' = any), as upstream.
+  grpcTlsClientSan: string;
   tlsReloadMs: number;
   httpPlaintext: boolean;
   httpHeadersTimeoutMs: number;
@@ -58,6 +63,8 @@ export interface Settings {
   configMaxDescriptors: number;
   shutdownDelayMs: number;
   drainTimeoutMs: number;
+  // Serving processes sharing the ports (server/workers.ts); 'auto': the cores this process may use.
+  workers: number | 'auto';
   logLevel: LogLevel;
   logFormat: LogFormat;
   // Request bounds (service/request.ts): over one, a request is refused with INVALID_ARGUMENT.
@@ -79,6 +86,18 @@ export interface Settings {
   redisPoolSize: number;
   redisTimeoutMs: number;
   redisConnectTimeoutMs: number;
+  // REDIS_PERSECOND: limits of one second or less on their own Redis (store/persecond.ts).
+  redisPerSecond: boolean;
+  redisPerSecondUrl: string;
+  redisPerSecondType: 'single' | 'sentinel' | 'cluster';
+  redisPerSecondAuth: string;
+  redisPerSecondSentinelAuth: string;
+  redisPerSecondTls: boolean;
+  redisPerSecondPoolSize: number;
+  // '' = as the URL says (a path is a unix socket); upstream's tcp | unix are checked against it.
+  redisPerSecondSocketType: string;
+  // 0 = REDIS_TIMEOUT.
+  redisPerSecondTimeoutMs: number;
   countDeniedHits: boolean;
   globalShadowMode: boolean;
   globalQuotaMode: boolean;
@@ -110,6 +129,12 @@ export interface Settings {
   replicaTtlMs: number;
   degradedHeader: string;
   overLimitCacheSize: number;
+  // LOCAL_CACHE_SIZE_IN_BYTES (upstream's name): the over-limit cache sized in bytes; 0 = not given.
+  localCacheSizeBytes: number;
+  // Upstream's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: a request that goes over counts nothing.
+  stopCacheKeyIncrementWhenOverlimit: boolean;
+  // Whose behaviour the defaults follow: sluice's own, or envoyproxy/ratelimit's (compat-mode.ts).
+  compatMode: CompatMode;
   leaseAutoThreshold: number;
   leaseAutoShare: number;
   leaseTtlMs: number;
@@ -132,9 +157,29 @@ export interface Settings {
   statsdProtocol: 'udp' | 'tcp';
   statsFlushIntervalMs: number;
   extraTags: string[];
+  // Upstream's Prometheus listener (server/prometheus-listener.ts): its series named by a statsd_exporter mapping.
+  prometheusEnabled: boolean;
+  prometheusAddr: string;
+  prometheusPath: string;
+  // '' = sluice's equivalent of upstream's default mapping (server/upstream-mapping.ts).
+  prometheusMapperYaml: string;
+  prometheusResponseTimeAsMs: boolean;
+  // OpenTelemetry tracing (server/tracing.ts); off by default, and then no OTel code is loaded.
+  tracingEnabled: boolean;
+  tracingServiceName: string;
+  tracingServiceNamespace: string;
+  // '': a random UUID per process, as upstream.
+  tracingServiceInstanceId: string;
+  tracingSamplingRate: number;
+  tracingExporterProtocol: 'http' | 'grpc';
+  // '': the protocol's default collector (localhost:4318 for http, localhost:4317 for grpc).
+  otlpEndpoint: string;
+  otlpTracesEndpoint: string;
+  // k1=v1,k2=v2 (URL-encoded values), as the OTel SDK reads it; see otlpHeaders().
+  otlpHeaders: string;
 }
 
-type Kind = 'string' | 'list' | 'port' | 'int' | 'count' | 'ratio' | 'share' | 'bool' | 'enum' | 'duration';
+type Kind = 'string' | 'list' | 'port' | 'int' | 'count' | 'ratio' | 'share' | 'bool' | 'enum' | 'duration' | 'auto-int';
 
 interface Spec {
   key: keyof Settings;
@@ -170,12 +215,14 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'httpPort', flag: 'http-port', env: ['HTTP_PORT', 'PORT'], kind: 'port', def: 8080, help: 'HTTP port (/json, /healthcheck, /readyz, /livez, /metrics; /rlconfig is on the admin port)' },
   { key: 'grpcHost', flag: 'grpc-host', env: ['GRPC_HOST'], kind: 'string', def: '0.0.0.0', help: 'gRPC listen address' },
   { key: 'grpcPort', flag: 'grpc-port', env: ['GRPC_PORT'], kind: 'port', def: 8081, help: 'gRPC port (RLS, health, reflection)' },
+  { key: 'grpcServerImpl', flag: 'grpc-server-impl', env: ['GRPC_SERVER_IMPL'], kind: 'enum', def: 'grpc-js', choices: ['grpc-js', 'http2'], help: "gRPC server: grpc-js, or http2 (sluice's own on node:http2: same services and gRPC behaviour, less work per call)" },
   { key: 'adminHost', flag: 'admin-host', env: ['ADMIN_HOST', 'DEBUG_HOST'], kind: 'string', def: '127.0.0.1', help: 'admin listen address (/rlconfig, /explain, /settings); localhost unless you open it' },
   { key: 'adminPort', flag: 'admin-port', env: ['ADMIN_PORT', 'DEBUG_PORT'], kind: 'port', def: 6070, help: 'admin port (upstream debug port)' },
   { key: 'grpcTls', flag: 'grpc-tls', env: ['GRPC_SERVER_USE_TLS'], kind: 'bool', def: false, help: 'TLS on the gRPC listener' },
   { key: 'grpcTlsCert', flag: 'grpc-tls-cert', env: ['GRPC_SERVER_TLS_CERT'], kind: 'string', def: '', help: 'server certificate file (PEM)' },
   { key: 'grpcTlsKey', flag: 'grpc-tls-key', env: ['GRPC_SERVER_TLS_KEY'], kind: 'string', def: '', help: 'server key file (PEM); never logged' },
   { key: 'grpcTlsClientCa', flag: 'grpc-tls-client-ca', env: ['GRPC_CLIENT_TLS_CACERT'], kind: 'string', def: '', help: 'CA file: clients must present a certificate it signed (mTLS)' },
+  { key: 'grpcTlsClientSan', flag: 'grpc-tls-client-san', env: ['GRPC_CLIENT_TLS_SAN'], kind: 'string', def: '', help: 'with GRPC_CLIENT_TLS_CACERT: the client certificate must also carry this DNS name or IP address as a SAN (wildcard certificates match as in TLS); other clients are refused at the TLS handshake (gRPC) or at the connection (HTTPS)' },
   { key: 'tlsReloadMs', flag: 'tls-reload-interval', env: ['TLS_RELOAD_INTERVAL'], kind: 'duration', def: 5000, help: 'how often certificate files are checked for changes' },
   { key: 'httpPlaintext', flag: 'http-plaintext', env: ['HTTP_PLAINTEXT'], kind: 'bool', def: false, help: 'keep the HTTP port plaintext even with GRPC_SERVER_USE_TLS (then POST /json is unauthenticated; for a sidecar that terminates TLS)' },
   { key: 'httpHeadersTimeoutMs', flag: 'http-headers-timeout', env: ['HTTP_HEADERS_TIMEOUT'], kind: 'duration', def: 10_000, help: 'an HTTP client that has not sent complete request headers (and finished the TLS handshake) this long after connecting or its previous request is disconnected' },
@@ -188,6 +235,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'configMaxDescriptors', flag: 'config-max-descriptors', env: ['CONFIG_MAX_DESCRIPTORS'], kind: 'int', def: 100_000, help: 'most descriptors in the whole config, counting each use of a YAML alias; more is a config error' },
   { key: 'shutdownDelayMs', flag: 'shutdown-delay', env: ['SHUTDOWN_DELAY'], kind: 'duration', def: 0, help: 'on SIGTERM, keep serving this long with health NOT_SERVING so load balancers drain' },
   { key: 'drainTimeoutMs', flag: 'drain-timeout', env: ['DRAIN_TIMEOUT'], kind: 'duration', def: 10_000, help: 'on SIGTERM, longest wait for in-flight calls before closing' },
+  { key: 'workers', flag: 'workers', env: ['WORKERS'], kind: 'auto-int', def: 'auto', help: 'serving processes sharing the ports, each on its own core, under one primary that loads config: auto (the cores this process may use, within the container CPU limit; 1 with STORE=memory or USE_PROMETHEUS) or a number; more than 1 needs STORE=redis and no USE_PROMETHEUS' },
   { key: 'logLevel', flag: 'log-level', env: ['LOG_LEVEL'], kind: 'enum', def: 'info', choices: ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'], help: 'log level; request lines are logged at debug' },
   { key: 'logFormat', flag: 'log-format', env: ['LOG_FORMAT'], kind: 'enum', def: 'json', choices: ['json', 'pretty'], help: "json (one object per line, for log collectors) or pretty (one readable line per event, for a terminal); upstream's `text` means pretty" },
   { key: 'maxDescriptors', flag: 'max-descriptors', env: ['MAX_DESCRIPTORS'], kind: 'int', def: 256, help: 'most descriptors in one request (Envoy sends one per matching rate_limits entry: a handful); more is refused with INVALID_ARGUMENT (HTTP 400) before any counter is touched' },
@@ -208,6 +256,15 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'redisPoolSize', flag: 'redis-pool-size', env: ['REDIS_POOL_SIZE'], kind: 'int', def: 1, help: 'connections per Redis (auto-pipelined; more only help when Redis latency dominates)' },
   { key: 'redisTimeoutMs', flag: 'redis-timeout', env: ['REDIS_TIMEOUT'], kind: 'duration', def: 1000, help: 'a Redis call unanswered this long opens the breaker at once (the call is not abandoned: its outcome is still counted when Redis answers)' },
   { key: 'redisConnectTimeoutMs', flag: 'redis-connect-timeout', env: ['REDIS_CONNECT_TIMEOUT'], kind: 'duration', def: 2000, help: 'connect timeout; sluice keeps retrying, health says NOT_SERVING meanwhile' },
+  { key: 'redisPerSecond', flag: 'redis-persecond', env: ['REDIS_PERSECOND'], kind: 'bool', def: false, help: 'count limits of one second or less (unit: second) on their own Redis, REDIS_PERSECOND_URL, and the others on REDIS_URL, as upstream' },
+  { key: 'redisPerSecondUrl', flag: 'redis-persecond-url', env: ['REDIS_PERSECOND_URL'], kind: 'string', def: '', help: 'the per-second Redis, in the forms of REDIS_URL for REDIS_PERSECOND_TYPE; needed with REDIS_PERSECOND' },
+  { key: 'redisPerSecondType', flag: 'redis-persecond-type', env: ['REDIS_PERSECOND_TYPE'], kind: 'enum', def: 'single', choices: ['single', 'sentinel', 'cluster'], help: 'deployment of the per-second Redis' },
+  { key: 'redisPerSecondAuth', flag: 'redis-persecond-auth', env: ['REDIS_PERSECOND_AUTH'], kind: 'string', def: '', help: 'password, or user:password, of the per-second Redis; secret, never logged' },
+  { key: 'redisPerSecondSentinelAuth', flag: 'redis-persecond-sentinel-auth', env: ['REDIS_PERSECOND_SENTINEL_AUTH'], kind: 'string', def: '', help: "password of the per-second Redis' sentinels; secret" },
+  { key: 'redisPerSecondTls', flag: 'redis-persecond-tls', env: ['REDIS_PERSECOND_TLS'], kind: 'bool', def: false, help: 'TLS to the per-second Redis (implied by rediss://), with the REDIS_TLS_* files, as upstream' },
+  { key: 'redisPerSecondPoolSize', flag: 'redis-persecond-pool-size', env: ['REDIS_PERSECOND_POOL_SIZE'], kind: 'int', def: 1, help: 'connections to the per-second Redis (as REDIS_POOL_SIZE)' },
+  { key: 'redisPerSecondSocketType', flag: 'redis-persecond-socket-type', env: ['REDIS_PERSECOND_SOCKET_TYPE'], kind: 'string', def: '', help: "tcp or unix; empty = as REDIS_PERSECOND_URL says (a path is a unix socket). Upstream's setting, checked against the URL: a mismatch is refused at start" },
+  { key: 'redisPerSecondTimeoutMs', flag: 'redis-persecond-timeout', env: ['REDIS_PERSECOND_TIMEOUT'], kind: 'duration', def: 0, help: 'REDIS_TIMEOUT for the per-second Redis (0 = REDIS_TIMEOUT)' },
   { key: 'storeDeadlineMs', flag: 'store-deadline', env: ['STORE_DEADLINE'], kind: 'duration', def: 100, help: "longest a decision waits on Redis for callers that give no deadline; with a gRPC deadline (Envoy always sends one) the wait is that deadline minus DEADLINE_MARGIN" },
   { key: 'deadlineMarginMs', flag: 'deadline-margin', env: ['DEADLINE_MARGIN'], kind: 'duration', def: 2, help: "kept back from the caller's gRPC deadline for the answer to travel (a tenth of the time left when that is more)" },
   { key: 'breakerFailureRatio', flag: 'breaker-failure-ratio', env: ['BREAKER_FAILURE_RATIO'], kind: 'ratio', def: 0.5, help: 'share of failed or timed-out Redis calls in the window that opens the breaker' },
@@ -219,7 +276,10 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'fallbackShare', flag: 'fallback-share', env: ['FALLBACK_SHARE'], kind: 'share', def: 'auto', help: "share of what Redis last said remains that this replica's local fallback may admit: auto = 1 / live replicas (each registers in Redis), or a number 0..1" },
   { key: 'replicaTtlMs', flag: 'replica-ttl', env: ['REPLICA_TTL'], kind: 'duration', def: 5000, help: 'a replica that stops heartbeating to Redis is no longer counted for FALLBACK_SHARE=auto after this' },
   { key: 'degradedHeader', flag: 'degraded-header', env: ['DEGRADED_HEADER'], kind: 'string', def: 'x-ratelimit-degraded', help: 'response header on answers made without Redis' },
-  { key: 'overLimitCacheSize', flag: 'over-limit-cache-size', env: ['OVER_LIMIT_CACHE_SIZE'], kind: 'count', def: 100_000, help: 'keys remembered as over their limit, answered without Redis until they can pass (0 = off)' },
+  { key: 'overLimitCacheSize', flag: 'over-limit-cache-size', env: ['OVER_LIMIT_CACHE_SIZE'], kind: 'count', def: 100_000, help: 'keys remembered as over their limit, answered without Redis until they can pass (0 = off; COMPAT_MODE=upstream: 0 unless LOCAL_CACHE_SIZE_IN_BYTES)' },
+  { key: 'localCacheSizeBytes', flag: 'local-cache-size-in-bytes', env: ['LOCAL_CACHE_SIZE_IN_BYTES'], kind: 'count', def: 0, help: "upstream's local cache size: the over-limit cache sized in bytes, one entry counted as 174 bytes (at least 512 KiB, as upstream's cache library); cannot be combined with OVER_LIMIT_CACHE_SIZE (0 = not given)" },
+  { key: 'stopCacheKeyIncrementWhenOverlimit', flag: 'stop-cache-key-increment-when-overlimit', env: ['STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT'], kind: 'bool', def: false, help: 'a request that would go over a limit consumes nothing (sluice\'s all-or-nothing; in COMPAT_MODE=upstream it turns COUNT_DENIED_HITS off); cannot be combined with COUNT_DENIED_HITS=true' },
+  { key: 'compatMode', flag: 'compat-mode', env: ['COMPAT_MODE'], kind: 'enum', def: 'native', choices: ['native', 'upstream'], help: "native (sluice's defaults) or upstream: envoyproxy/ratelimit's answers (denied hits counted, no Retry-After, waits on Redis up to REDIS_TIMEOUT, no automatic leases, over-limit cache only with LOCAL_CACHE_SIZE_IN_BYTES); settings given explicitly still win" },
   { key: 'leaseAutoThreshold', flag: 'lease-auto-threshold', env: ['LEASE_AUTO_THRESHOLD'], kind: 'count', def: 1000, help: 'requests per second for one key at this replica above which it is served from leases (0 = only rules with lease)' },
   { key: 'leaseAutoShare', flag: 'lease-auto-share', env: ['LEASE_AUTO_SHARE'], kind: 'ratio', def: 0.02, help: "units per automatic lease, as a share of the key's limit (at least 1)" },
   { key: 'leaseTtlMs', flag: 'lease-ttl', env: ['LEASE_TTL'], kind: 'duration', def: 1000, help: 'a lease gives back its unused units after this (a window lease at the latest when its window ends)' },
@@ -257,6 +317,20 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'statsdProtocol', flag: 'statsd-protocol', env: ['STATSD_PROTOCOL'], kind: 'enum', def: 'udp', choices: ['udp', 'tcp'], help: "udp, or tcp (what envoyproxy/ratelimit sends over; statsd_exporter takes both)" },
   { key: 'statsFlushIntervalMs', flag: 'stats-flush-interval', env: ['STATS_FLUSH_INTERVAL'], kind: 'duration', def: 10_000, help: 'how often statsd counters are sent (each a delta since the last flush)' },
   { key: 'extraTags', flag: 'extra-tags', env: ['EXTRA_TAGS'], kind: 'list', def: [], help: "tags on every statsd metric, k1:v1,k2:v2, written as upstream's statsd library does (name.__k1=v1.__k2=v2), and constant labels on every Prometheus series" },
+  { key: 'prometheusEnabled', flag: 'prometheus', env: ['USE_PROMETHEUS'], kind: 'bool', def: false, help: "a dedicated metrics listener on PROMETHEUS_ADDR, as upstream's: its series named from upstream's statsd names by a statsd_exporter mapping (PROMETHEUS_MAPPER_YAML), with sluice's own series beside them; /metrics on the HTTP port is unchanged" },
+  { key: 'prometheusAddr', flag: 'prometheus-addr', env: ['PROMETHEUS_ADDR'], kind: 'string', def: ':9090', help: 'address of the metrics listener: :port (every interface), host:port or [ipv6]:port' },
+  { key: 'prometheusPath', flag: 'prometheus-path', env: ['PROMETHEUS_PATH'], kind: 'string', def: '/metrics', help: 'path the metrics listener serves' },
+  { key: 'prometheusMapperYaml', flag: 'prometheus-mapper-yaml', env: ['PROMETHEUS_MAPPER_YAML'], kind: 'string', def: '', help: "statsd_exporter mapping file replacing the default mapping (upstream's default_mapper.yaml equivalent); what sluice cannot apply refuses the start, naming the mapping (README: Prometheus listener)" },
+  { key: 'prometheusResponseTimeAsMs', flag: 'prometheus-response-time-as-milliseconds', env: ['PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS'], kind: 'bool', def: false, help: 'default mapping only: ratelimit_service_response_time_seconds in milliseconds, as upstream with this setting' },
+  { key: 'tracingEnabled', flag: 'tracing', env: ['TRACING_ENABLED'], kind: 'bool', def: false, help: 'OpenTelemetry tracing: a span per ShouldRateLimit (gRPC and POST /json) continuing the caller\'s traceparent, a child span per store call, exported over OTLP' },
+  { key: 'tracingServiceName', flag: 'tracing-service-name', env: ['TRACING_SERVICE_NAME'], kind: 'string', def: 'RateLimit', help: 'service.name of the spans (upstream\'s default)' },
+  { key: 'tracingServiceNamespace', flag: 'tracing-service-namespace', env: ['TRACING_SERVICE_NAMESPACE'], kind: 'string', def: '', help: 'service.namespace of the spans' },
+  { key: 'tracingServiceInstanceId', flag: 'tracing-service-instance-id', env: ['TRACING_SERVICE_INSTANCE_ID'], kind: 'string', def: '', help: 'service.instance.id of the spans (default: a random UUID per process, as upstream)' },
+  { key: 'tracingSamplingRate', flag: 'tracing-sampling-rate', env: ['TRACING_SAMPLING_RATE'], kind: 'ratio', def: 1, help: 'share of traces started here that are recorded, 0..1; a caller\'s traceparent decides for its own traces' },
+  { key: 'tracingExporterProtocol', flag: 'tracing-exporter-protocol', env: ['TRACING_EXPORTER_PROTOCOL'], kind: 'enum', def: 'http', choices: ['http', 'grpc'], help: 'OTLP over http (JSON, POST <endpoint>/v1/traces) or grpc' },
+  { key: 'otlpEndpoint', flag: 'otlp-endpoint', env: ['OTEL_EXPORTER_OTLP_ENDPOINT'], kind: 'string', def: '', help: 'OTLP collector base URL, e.g. http://collector:4318 (default http://localhost:4318, or http://localhost:4317 for grpc); http:// is plaintext, https:// TLS' },
+  { key: 'otlpTracesEndpoint', flag: 'otlp-traces-endpoint', env: ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT'], kind: 'string', def: '', help: 'full URL spans are sent to, used as given (wins over OTEL_EXPORTER_OTLP_ENDPOINT)' },
+  { key: 'otlpHeaders', flag: 'otlp-headers', env: ['OTEL_EXPORTER_OTLP_HEADERS'], kind: 'string', def: '', help: 'headers (gRPC metadata) on every export, k1=v1,k2=v2 with URL-encoded values; redacted in logs and /settings' },
 ];
 
 export class SettingsError extends Error {
@@ -299,6 +373,9 @@ function parseValue(spec: Spec, raw: string, origin: string): unknown {
       if (!/^\d+$/.test(raw) || n < min || n > max) return bad(`expected an integer ${min}..${max}`);
       return n;
     }
+    case 'auto-int':
+      if (raw.trim().toLowerCase() === 'auto') return 'auto';
+      return parseValue({ ...spec, kind: 'int' }, raw, origin);
     case 'share':
       if (raw.trim().toLowerCase() === 'auto') return 'auto';
       return parseValue({ ...spec, kind: 'ratio' }, raw, origin);
@@ -353,17 +430,22 @@ function splitFlags(argv: readonly string[]): Map<string, string[]> {
 export function loadSettings(argv: readonly string[] = [], env: NodeJS.ProcessEnv = process.env): Settings {
   const flags = splitFlags(argv);
   const out: Record<string, unknown> = {};
+  // Settings given by flag or environment: COMPAT_MODE changes only the others' defaults.
+  const explicit = new Set<keyof Settings>();
   for (const spec of SETTINGS) {
     const given = flags.get(spec.flag);
     if (given !== undefined) {
       const values = given.map((v) => parseValue(spec, v, `--${spec.flag}`));
       out[spec.key] = spec.kind === 'list' ? values.flat() : values[values.length - 1];
+      explicit.add(spec.key);
       continue;
     }
     const envName = spec.env.find((name) => env[name] !== undefined);
     out[spec.key] = envName !== undefined ? parseValue(spec, env[envName] as string, envName) : spec.def;
+    if (envName !== undefined) explicit.add(spec.key);
   }
   const settings = out as unknown as Settings;
+  applyCompatMode(settings, explicit);
   settings.storeImpliedBy = impliedStore(flags, env);
   if (settings.storeImpliedBy !== undefined) settings.store = 'redis';
   validateXds(settings);
@@ -373,6 +455,19 @@ export function loadSettings(argv: readonly string[] = [], env: NodeJS.ProcessEn
     }
   }
   validateRegion(settings);
+  validatePerSecond(settings);
+  validateTracing(settings);
+  validatePrometheus(settings);
+  if (settings.grpcTlsClientSan !== '' && (!settings.grpcTls || settings.grpcTlsClientCa === '')) {
+    throw new SettingsError('GRPC_CLIENT_TLS_SAN needs GRPC_SERVER_USE_TLS and GRPC_CLIENT_TLS_CACERT: the name is checked on client certificates verified against that CA');
+  }
+  // Each worker would keep its own counters and admit the whole limit.
+  if (settings.store === 'memory' && typeof settings.workers === 'number' && settings.workers > 1) {
+    throw new SettingsError(`WORKERS=${settings.workers} needs STORE=redis: with STORE=memory each worker would keep its own counters and admit the whole limit (use WORKERS=1, or auto, which is 1 with the memory store)`);
+  }
+  if (settings.prometheusEnabled && typeof settings.workers === 'number' && settings.workers > 1) {
+    throw new SettingsError(`WORKERS=${settings.workers} cannot be combined with USE_PROMETHEUS: its listener would count one worker's calls (use WORKERS=1, or auto, which is 1 with USE_PROMETHEUS; /metrics on the HTTP port speaks for every worker)`);
+  }
   for (const tag of settings.extraTags) {
     if (!/^[^:]+:.+$/.test(tag)) throw new SettingsError(`EXTRA_TAGS: expected key:value, got '${tag}'`);
   }
@@ -420,6 +515,47 @@ function validateXds(s: Settings): void {
   }
 }
 
+// A listen address as Go's net.Listen reads it (upstream's PROMETHEUS_ADDR): ':port' (host '':
+// every interface), 'host:port' or '[ipv6]:port'.
+export function listenAddress(text: string, origin: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(text.trim());
+  if (m === null || Number(m[3]) > 65535) throw new SettingsError(`${origin}: expected :port, host:port or [ipv6]:port, got '${text}'`);
+  return { host: m[1] ?? m[2], port: Number(m[3]) };
+}
+
+function validatePrometheus(s: Settings): void {
+  listenAddress(s.prometheusAddr, 'PROMETHEUS_ADDR');
+  if (!s.prometheusPath.startsWith('/')) throw new SettingsError(`PROMETHEUS_PATH: expected a path starting with '/', got '${s.prometheusPath}'`);
+}
+
+function validateTracing(s: Settings): void {
+  for (const [name, url] of [['OTEL_EXPORTER_OTLP_ENDPOINT', s.otlpEndpoint], ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', s.otlpTracesEndpoint]]) {
+    if (url !== '' && !/^https?:\/\/[^/]/.test(url)) throw new SettingsError(`${name}: expected an http:// or https:// URL, got '${url}'`);
+  }
+  otlpHeaders(s.otlpHeaders);
+}
+
+// OTEL_EXPORTER_OTLP_HEADERS as the OpenTelemetry SDK reads it: k1=v1,k2=v2, values URL-encoded.
+// Keys are what both an HTTP header and gRPC metadata accept as a text header.
+export function otlpHeaders(text: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const entry of text.split(',')) {
+    if (entry.trim() === '') continue;
+    const eq = entry.indexOf('=');
+    const key = entry.slice(0, Math.max(eq, 0)).trim();
+    // The value is a secret (an authorization header): never part of a message.
+    if (!/^[0-9A-Za-z_.-]+$/.test(key) || /-bin$/i.test(key)) {
+      throw new SettingsError(`OTEL_EXPORTER_OTLP_HEADERS: expected key=value with a key of letters, digits, '-', '_' or '.' (not ending in -bin), got '${key}'`);
+    }
+    try {
+      out[key] = decodeURIComponent(entry.slice(eq + 1).trim());
+    } catch {
+      throw new SettingsError(`OTEL_EXPORTER_OTLP_HEADERS: the value of '${key}' is not valid URL encoding`);
+    }
+  }
+  return out;
+}
+
 // A partition policy: deny, allow, or the share of each limit a cut-off region admits on its own.
 export type PartitionPolicy = { kind: 'deny' } | { kind: 'allow' } | { kind: 'share'; share: number };
 
@@ -448,11 +584,27 @@ function validateRegion(s: Settings): void {
   if (s.globalRedisType === 'cluster' && s.hashTag === 'none') throw new SettingsError('GLOBAL_REDIS_TYPE=cluster needs KEY_HASH_TAG descriptor or domain: a counter and its regions\' demand must share a slot');
 }
 
+// REDIS_PERSECOND: what it needs, and upstream's socket type against the URL's form (as for
+// REDIS_URL, sluice connects as the URL says: a path is a unix socket).
+function validatePerSecond(s: Settings): void {
+  const type = s.redisPerSecondSocketType.toLowerCase();
+  if (!['', 'tcp', 'unix'].includes(type)) throw new SettingsError(`REDIS_PERSECOND_SOCKET_TYPE: expected tcp or unix, got '${s.redisPerSecondSocketType}'`);
+  if (!s.redisPerSecond) return;
+  if (s.store !== 'redis') throw new SettingsError('REDIS_PERSECOND needs STORE=redis: per-second limits go to their own Redis, the others to REDIS_URL');
+  if (s.redisPerSecondUrl.trim() === '') throw new SettingsError('REDIS_PERSECOND needs REDIS_PERSECOND_URL: the Redis that counts limits of one second or less');
+  if (s.globalRedisUrl !== '') throw new SettingsError('REDIS_PERSECOND cannot be combined with GLOBAL_REDIS_URL (multi-region keeps every limit on the regional Redis)');
+  const unix = s.redisPerSecondUrl.trim().startsWith('/');
+  if (s.redisPerSecondType === 'single' && type !== '' && (type === 'unix') !== unix) {
+    const form = unix ? 'a unix socket path' : 'a network address';
+    throw new SettingsError(`REDIS_PERSECOND_SOCKET_TYPE=${type} but REDIS_PERSECOND_URL is ${form} ('${redactRedisUrl(s.redisPerSecondUrl)}'); set ${unix ? 'unix' : 'tcp'} or leave it empty`);
+  }
+}
+
 export function defaultSettings(overrides: Partial<Settings> = {}): Settings {
   return { ...loadSettings([], {}), ...overrides };
 }
 
-const SECRET: readonly (keyof Settings)[] = ['redisAuth', 'redisSentinelAuth', 'keyHashSecret', 'globalRedisAuth'];
+const SECRET: readonly (keyof Settings)[] = ['redisAuth', 'redisSentinelAuth', 'keyHashSecret', 'globalRedisAuth', 'otlpHeaders', 'redisPerSecondAuth', 'redisPerSecondSentinelAuth'];
 // Lists of key:value whose values are secrets (an authorization header).
 const SECRET_VALUES: readonly (keyof Settings)[] = ['xdsAdditionalHeaders'];
 
@@ -476,48 +628,9 @@ export function describeSettings(settings: Settings): Record<string, unknown> {
   for (const key of SECRET_VALUES) out[key] = (settings[key] as string[]).map((e) => `${e.split(':')[0]}:[redacted]`);
   out.redisUrl = redactRedisUrl(settings.redisUrl);
   out.globalRedisUrl = redactRedisUrl(settings.globalRedisUrl);
+  out.redisPerSecondUrl = redactRedisUrl(settings.redisPerSecondUrl);
   return out;
 }
 
-// envoyproxy/ratelimit's settings that sluice does not read (docs/migrating.md says what sluice
-// does instead of each). Set in the environment, they are named in a start-up warning: a migration
-// should not depend on one without knowing.
-const UPSTREAM_NOT_READ: readonly (string | RegExp)[] = [
-  // Envoy Gateway sets it, but envoyproxy/ratelimit reads no variable of that name (its client CA
-  // is GRPC_CLIENT_TLS_CACERT): neither asks Envoy for a client certificate.
-  'GRPC_SERVER_TLS_CA_CERT',
-  'GRPC_CLIENT_TLS_SAN',
-  'USE_PROMETHEUS',
-  /^PROMETHEUS_/,
-  /^TRACING_/,
-  'USE_DOG_STATSD',
-  /^DOG_STATSD_/,
-  // Reconnects follow XDS_CLIENT_BACKOFF_* alone.
-  'CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL',
-  /^MEMCACHE_/,
-  /^REDIS_PERSECOND/,
-  'REDIS_SOCKET_TYPE',
-  'REDIS_PIPELINE_WINDOW',
-  'REDIS_PIPELINE_LIMIT',
-  'REDIS_CLUSTER_PIPELINE_PARALLELISM',
-  'REDIS_POOL_ON_EMPTY_BEHAVIOR',
-  'REDIS_HEALTH_CHECK_ACTIVE_CONNECTION',
-  /^REDIS_STARTUP_/,
-  'EXPIRATION_JITTER_MAX_SECONDS',
-  'LOCAL_CACHE_SIZE_IN_BYTES',
-  'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT',
-];
-
-// Upstream settings whose only value sluice has: named only when set otherwise. sluice watches
-// the config directory itself (RUNTIME_WATCH_ROOT is moot) and never loads dotfiles.
-const UPSTREAM_FIXED: Readonly<Record<string, (value: string) => boolean>> = {
-  RUNTIME_IGNOREDOTFILES: (v) => TRUE.has(v.toLowerCase()),
-};
-
-export function upstreamSettingsNotRead(env: NodeJS.ProcessEnv): string[] {
-  const read = new Set(SETTINGS.flatMap((s) => s.env));
-  const differs = (name: string) => UPSTREAM_FIXED[name] !== undefined && !UPSTREAM_FIXED[name](env[name] ?? '');
-  return Object.keys(env)
-    .filter((name) => !read.has(name) && (differs(name) || UPSTREAM_NOT_READ.some((p) => (typeof p === 'string' ? p === name : p.test(name)))))
-    .sort();
-}
+// Which of envoyproxy/ratelimit's settings sluice honours, and the start-up warning for the rest.
+export { upstreamSettingsNotRead } from './upstream-settings';

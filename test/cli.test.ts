@@ -97,16 +97,16 @@ describe('sluice serve (spawned process)', () => {
 
   test('upstream settings sluice does not read are named in a start-up warning', async () => {
     const server = await spawnServer(['--config', 'examples/config'], {
-      LOCAL_CACHE_SIZE_IN_BYTES: '1048576',
-      REDIS_PERSECOND_URL: '127.0.0.1:6380',
-      STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true',
+      REDIS_PIPELINE_WINDOW: '150us',
+      EXPIRATION_JITTER_MAX_SECONDS: '300',
+      MEMCACHE_HOST_PORT: '127.0.0.1:11211',
       // Read by sluice: not named.
       REDIS_POOL_SIZE: '2',
     });
     try {
       const line = await server.waitForLog((l) => l.event === 'upstream_settings_not_read');
       assert.equal(line.level, 'warn');
-      assert.deepEqual(line.names, ['LOCAL_CACHE_SIZE_IN_BYTES', 'REDIS_PERSECOND_URL', 'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT']);
+      assert.deepEqual(line.names, ['EXPIRATION_JITTER_MAX_SECONDS', 'MEMCACHE_HOST_PORT', 'REDIS_PIPELINE_WINDOW']);
     } finally {
       await server.stop();
     }

@@ -8,10 +8,13 @@ import { type ReceivedRequest, startControlPlane } from './support/ads-server';
 import { callRls, d } from './support/app';
 import { makeCerts } from './support/certs';
 import { spawnServer, type ServerProcess } from './support/process';
-import { startRedis, stopAll } from './support/redis';
+import { freePort, startRedis, stopAll } from './support/redis';
+import { httpReceiver } from './support/otlp';
+import { GRPC_SPAN } from '../src/server/tracing';
 
-// Issue 15: two replicas started with Envoy Gateway's environment (config over xDS with mTLS,
-// REDIS_URL and no BACKEND_TYPE) share one budget on one Redis.
+// Issue 15: two replicas started with Envoy Gateway's environment (config over xDS with mTLS, TLS
+// on the gRPC port, REDIS_URL and no BACKEND_TYPE, metrics and tracing on) share one budget on one
+// Redis; their metrics listeners serve upstream's series and their spans reach an OTLP receiver.
 
 after(() => stopAll());
 
@@ -24,6 +27,7 @@ describe("Envoy Gateway's environment", () => {
     certs.issue('client');
     const redis = await startRedis();
     const pair = { cert_chain: fs.readFileSync(certs.file('server.crt')), private_key: fs.readFileSync(certs.file('server.key')) };
+    const receiver = await httpReceiver();
     const cp = await startControlPlane({ credentials: grpc.ServerCredentials.createSsl(fs.readFileSync(certs.file('ca.crt')), [pair], true) });
     const env = {
       RUNTIME_ROOT: '/data',
@@ -40,18 +44,31 @@ describe("Envoy Gateway's environment", () => {
       CONFIG_GRPC_XDS_CLIENT_TLS_CERT: certs.file('client.crt'),
       CONFIG_GRPC_XDS_CLIENT_TLS_KEY: certs.file('client.key'),
       CONFIG_GRPC_XDS_SERVER_TLS_CACERT: certs.file('ca.crt'),
+      GRPC_SERVER_USE_TLS: 'true',
+      GRPC_SERVER_TLS_CERT: certs.file('server.crt'),
+      GRPC_SERVER_TLS_KEY: certs.file('server.key'),
+      GRPC_SERVER_TLS_CA_CERT: certs.file('ca.crt'),
       REDIS_SOCKET_TYPE: 'tcp',
       REDIS_URL: `127.0.0.1:${redis.port}`,
+      USE_PROMETHEUS: 'true',
+      TRACING_ENABLED: 'true',
+      TRACING_SERVICE_NAME: 'envoy-ratelimit',
+      TRACING_SERVICE_NAMESPACE: 'envoy-gateway-system',
+      TRACING_SAMPLING_RATE: '1',
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
     };
-    const replicas: ServerProcess[] = await Promise.all([spawnServer([], env), spawnServer([], env)]);
-    const clients = replicas.map((r) => new RateLimitServiceClient(`127.0.0.1:${r.grpcPort}`, grpc.credentials.createInsecure()));
+    const metricsPorts = [await freePort(), await freePort()];
+    const replicas: ServerProcess[] = await Promise.all(metricsPorts.map((port, i) => spawnServer([], { ...env, PROMETHEUS_ADDR: `:${port}`, TRACING_SERVICE_INSTANCE_ID: `replica-${i}` })));
+    // Envoy Gateway sets GRPC_SERVER_TLS_CA_CERT, which upstream does not read: no client certificate.
+    const tls = grpc.credentials.createSsl(fs.readFileSync(certs.file('ca.crt')));
+    const clients = replicas.map((r) => new RateLimitServiceClient(`127.0.0.1:${r.grpcPort}`, tls));
     try {
       for (const r of replicas) {
         const line = await r.waitForLog((l) => l.event === 'store_implied');
         assert.equal(line.by, 'REDIS_URL');
         const listening = r.logs.find((l) => l.event === 'listening')!;
         assert.match(String(listening.store), /^redis/);
-        assert.ok(!r.logs.some((l) => l.event === 'upstream_settings_not_read' && (l.names as string[]).some((n) => /XDS|CONFIG_TYPE|FORCE_START/.test(n))));
+        assert.deepEqual(r.logs.find((l) => l.event === 'upstream_settings_not_read')?.names, ['GRPC_SERVER_TLS_CA_CERT']);
       }
       while (cp.requests.filter((r) => r.responseNonce === '').length < 2) await pause();
       cp.push('v1', [{ name: 'gw', domain: 'gateway', descriptors: [{ key: 'tenant', rateLimit: { unit: RateLimitUnit.DAY, requestsPerUnit: LIMIT } }] }]);
@@ -59,6 +76,7 @@ describe("Envoy Gateway's environment", () => {
       while (cp.requests.filter(acked).length < 2) await pause();
       for (const r of replicas) await r.waitForLog((l) => l.event === 'config_loaded');
       // Ready means Redis answered a real decision: from then on no answer is a local fallback's.
+      // Envoy Gateway's probes ask in plain HTTP although the port serves TLS.
       for (const r of replicas) while ((await fetch(`http://127.0.0.1:${r.httpPort}/healthcheck`)).status !== 200) await pause();
       let ok = 0;
       for (let i = 0; i < 3 * LIMIT; i++) {
@@ -66,9 +84,28 @@ describe("Envoy Gateway's environment", () => {
         if (response.overallCode === Code.OK) ok++;
       }
       assert.equal(ok, LIMIT);
+      // Upstream's series on the metrics listeners (PROMETHEUS_ADDR), summed over both replicas.
+      const sum = async (series: string) => {
+        let total = 0;
+        for (const port of metricsPorts) {
+          const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+          total += Number(new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+        }
+        return total;
+      };
+      assert.equal(await sum('ratelimit_service_rate_limit_total_hits{domain="gateway",key1="tenant"}'), 3 * LIMIT);
+      assert.equal(await sum('ratelimit_service_rate_limit_over_limit{domain="gateway",key1="tenant"}'), 2 * LIMIT);
+      assert.equal(await sum('ratelimit_service_config_load_success'), 2);
+      // Stopping flushes the spans: one per call, with the domain and the overall code.
+      await Promise.all(replicas.map((r) => r.stop()));
+      const calls = receiver.spans.filter((sp) => sp.name === GRPC_SPAN && sp.attributes['ratelimit.domain'] === 'gateway');
+      assert.equal(calls.length, 3 * LIMIT);
+      assert.equal(calls.filter((sp) => sp.attributes['ratelimit.code'] === 'OVER_LIMIT').length, 2 * LIMIT);
+      assert.deepEqual([...new Set(calls.map((sp) => sp.resource['service.instance.id']))].sort(), ['replica-0', 'replica-1']);
     } finally {
       clients.forEach((c) => c.close());
       await Promise.all(replicas.map((r) => r.stop()));
+      await receiver.close();
       await cp.stop();
       fs.rmSync(certs.dir, { recursive: true, force: true });
     }

@@ -36,7 +36,7 @@ export class ConfigHolder {
     private readonly options: {
       mergeDomains: boolean;
       logger: Logger;
-      onLoad?: (ok: boolean) => void;
+      onLoad?: (ok: boolean, trigger: ReloadTrigger) => void;
       limits?: ConfigLimits;
       // Where the config comes from, for log lines, when not from `paths` (e.g. 'xds localhost:18000').
       source?: string;
@@ -90,6 +90,12 @@ export class ConfigHolder {
     });
   }
 
+  // A config the primary of WORKERS > 1 loaded and compiled (server/workers.ts): swapped in as a
+  // load of this process, with the primary's trigger.
+  adopt(config: CompiledConfig, trigger: ReloadTrigger): ReloadResult {
+    return this.apply(trigger, () => ({ config, errors: [], warnings: [] }));
+  }
+
   private where(): string {
     return this.options.source ?? this.paths.join(', ');
   }
@@ -114,7 +120,7 @@ export class ConfigHolder {
         `config rejected (${errors.length} error(s)); ${outcome}`,
       );
       this.rejected = { since: this.rejected?.since ?? new Date(), errors };
-      onLoad?.(false);
+      onLoad?.(false, why);
       return { ok: false, errors, warnings };
     }
     this.current = config;
@@ -125,7 +131,7 @@ export class ConfigHolder {
       { event: 'config_loaded', trigger: why, ...from, files: config.files, domains: [...config.domains.keys()], warnings: warnings.length },
       'config loaded',
     );
-    onLoad?.(true);
+    onLoad?.(true, why);
     return { ok: true, errors: [], warnings };
   }
 

@@ -2,7 +2,7 @@ import { match } from '../config/match';
 import type { CompiledConfig, MatchedLimit, RateLimitRule } from '../config/types';
 import { counterKey, hasUpstreamKey, type KeyOptions, upstreamKey } from '../keys';
 import type { Code, LimitMode, RateLimitRequest } from '../model';
-import type { Decision, LimitCheck, Store } from '../store/store';
+import type { Decision, DecideOptions, LimitCheck, Store } from '../store/store';
 
 export const MAX_UINT32 = 4_294_967_295;
 
@@ -34,6 +34,14 @@ export interface DescriptorResult {
   wouldDeny: boolean;
   consumed: boolean;
   usedBefore: number;
+  // Denied from the over-limit cache (upstream's over_limit_with_local_cache statistic).
+  fromLocalCache?: boolean;
+}
+
+// Wraps the request's store round trip, e.g. in a tracing span; absent (and nothing allocated)
+// when tracing is off.
+export interface StoreTracer {
+  decide(store: Store, checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision>;
 }
 
 export interface LimitDecision {
@@ -111,13 +119,14 @@ export async function decideRequest(
   request: RateLimitRequest,
   store: Store,
   settings: LimiterSettings,
-  options: { deadlineAt?: number; peek?: boolean } = {},
+  options: { deadlineAt?: number; peek?: boolean; trace?: StoreTracer } = {},
 ): Promise<LimitDecision & { plan: Plan }> {
   const plan = planRequest(config, request, settings);
   const { limits, checks, checkIndex } = plan;
   const storeOptions = { countDeniedHits: settings.countDeniedHits, domain: request.domain, deadlineAt: options.deadlineAt };
   let decision: Decision = { admitted: true, outcomes: [] };
-  if (checks.length > 0) decision = options.peek ? await store.peek(checks, storeOptions) : await store.decide(checks, storeOptions);
+  if (checks.length > 0 && options.peek) decision = await store.peek(checks, storeOptions);
+  else if (checks.length > 0) decision = options.trace ? await options.trace.decide(store, checks, storeOptions) : await store.decide(checks, storeOptions);
   const results = limits.map((m, i) => {
     const index = checkIndex[i];
     return resultFor(m, index === undefined ? undefined : checks[index], decision, index, hitsFor(request, i));
@@ -155,5 +164,6 @@ function resultFor(
     wouldDeny: !o.allowed,
     consumed: o.consumed,
     usedBefore: o.usedBefore,
+    ...(o.fromLocalCache ? { fromLocalCache: true } : {}),
   };
 }

@@ -12,8 +12,11 @@ import type { RequestBounds } from '../service/request';
 import { decodeRequest } from '../service/request-wire';
 import { HEALTH_SERVICES, type HealthState } from './health';
 import type { Metrics } from './metrics';
-import { addReflection } from './reflection';
+import { reflectionServices } from './reflection';
 import { failureLog, mapError } from './status';
+import { closeGrpcFront, listenGrpcCheckingSan } from './client-san';
+import { credentialsTls } from './tls';
+import type { Tracer } from './tracing';
 
 function pbServing(health: HealthState, service: string): PbServing {
   if (!(HEALTH_SERVICES as readonly string[]).includes(service)) return PbServing.SERVICE_UNKNOWN;
@@ -67,15 +70,38 @@ export const GRPC_SERVER_OPTIONS: grpc.ServerOptions = { 'grpc.enable_channelz':
 // Unary calls being answered, per server: what a graceful stop waits for (see drainGrpc).
 const ACTIVE = new WeakMap<grpc.Server, { calls: number }>();
 
-export function createGrpcServer(deps: { service: RateLimitService; health: HealthState; metrics: Metrics; logger: Logger }): grpc.Server {
-  const { service, health, metrics, logger } = deps;
+export interface GrpcDeps {
+  service: RateLimitService;
+  health: HealthState;
+  metrics: Metrics;
+  logger: Logger;
+  tracer?: Tracer;
+}
+
+// A service definition and its handlers, as grpc-js' addService takes them.
+export type ServiceEntry = [grpc.ServiceDefinition, grpc.UntypedServiceImplementation];
+
+// Larger messages are refused from their length prefix, before they are buffered
+// (RESOURCE_EXHAUSTED, gRPC's code for an oversized message). Channelz (per-call tracing that
+// nothing here serves) is off: it allocates on every call.
+export function grpcServerOptions(bounds: RequestBounds): grpc.ServerOptions {
+  return { ...GRPC_SERVER_OPTIONS, 'grpc.max_receive_message_length': bounds.maxRequestBytes };
+}
+
+export function createGrpcServer(deps: GrpcDeps): grpc.Server {
   const active = { calls: 0 };
+  const server = new grpc.Server(grpcServerOptions(deps.service.bounds));
+  for (const [definition, impl] of grpcServices(deps, active)) server.addService(definition, impl);
+  ACTIVE.set(server, active);
+  return server;
+}
+
+// Every service sluice answers over gRPC, whichever server carries them (grpc-js, or h2grpc/ on
+// node:http2); `active` counts the ShouldRateLimit calls being answered.
+export function grpcServices(deps: GrpcDeps, active: { calls: number }): ServiceEntry[] {
+  const { service, health, metrics, logger, tracer } = deps;
   const logFailure = failureLog(logger, 'grpc');
-  // Larger messages are refused by grpc-js from their length prefix, before they are buffered
-  // (RESOURCE_EXHAUSTED, gRPC's code for an oversized message). Channelz (per-call tracing that
-  // nothing here serves) is off: it allocates on every call.
-  const server = new grpc.Server({ ...GRPC_SERVER_OPTIONS, 'grpc.max_receive_message_length': service.bounds.maxRequestBytes });
-  server.addService(rlsDefinition(service.bounds), {
+  const rls: grpc.UntypedServiceImplementation = {
     shouldRateLimit(call: grpc.ServerUnaryCall<any, any>, callback: grpc.sendUnaryData<any>) {
       active.calls++;
       const timer = metrics.requestDuration.startTimer({ transport: 'grpc' });
@@ -86,27 +112,28 @@ export function createGrpcServer(deps: { service: RateLimitService; health: Heal
       const deadline = call.getDeadline();
       const deadlineAt = deadline instanceof Date ? deadline.getTime() : Number.isFinite(deadline) ? deadline : undefined;
       const request = call.request;
-      const decided = request instanceof Refused ? Promise.reject(request.error) : service.shouldRateLimit(request, { deadlineAt });
+      const trace = tracer?.startCall('grpc', call);
+      const decided = request instanceof Refused ? Promise.reject(request.error) : service.shouldRateLimit(request, { deadlineAt, trace });
       decided.then(
         (response) => {
           end();
-          metrics.requests.inc({ transport: 'grpc', code: RateLimitResponse_Code[response.overallCode] });
+          const code = RateLimitResponse_Code[response.overallCode];
+          metrics.requests.inc({ transport: 'grpc', code });
+          trace?.end(code, 'OK');
           callback(null, response);
         },
         (err: unknown) => {
           end();
           const mapped = mapError(err);
           metrics.requests.inc({ transport: 'grpc', code: mapped.label });
+          trace?.end(mapped.label, mapped.label, mapped.message);
           logFailure(mapped, err);
           callback({ code: mapped.grpc, details: mapped.message });
         },
       );
     },
-  });
-  server.addService(HealthService, healthImpl(health));
-  addReflection(server, [RateLimitServiceService, HealthService]);
-  ACTIVE.set(server, active);
-  return server;
+  };
+  return [[rlsDefinition(service.bounds), rls], [HealthService, healthImpl(health)], ...reflectionServices([RateLimitServiceService, HealthService])];
 }
 
 // How long no call may be in flight before a draining server closes what is left, ms.
@@ -120,7 +147,20 @@ const IDLE_POLL_MS = 10;
 // flight for a moment, what is left is closed at once.
 export function drainGrpc(server: grpc.Server | undefined, timeoutMs: number, logger: Logger): Promise<void> {
   if (server === undefined) return Promise.resolve();
-  const active = ACTIVE.get(server) ?? { calls: 0 };
+  closeGrpcFront(server);
+  return drainCalls({ active: ACTIVE.get(server) ?? { calls: 0 }, tryShutdown: (done) => server.tryShutdown(done), forceShutdown: () => server.forceShutdown() }, timeoutMs, logger);
+}
+
+// What a graceful stop needs of a gRPC server, whichever implements it.
+export interface Drainable {
+  active: { calls: number };
+  // Stops accepting (GOAWAY); `done` once every connection has closed.
+  tryShutdown(done: () => void): void;
+  forceShutdown(): void;
+}
+
+export function drainCalls(server: Drainable, timeoutMs: number, logger: Logger): Promise<void> {
+  const { active } = server;
   return new Promise((resolve) => {
     let idleSince = Date.now();
     const finish = (force: boolean) => {
@@ -142,6 +182,8 @@ export function drainGrpc(server: grpc.Server | undefined, timeoutMs: number, lo
 }
 
 export function bindGrpc(server: grpc.Server, host: string, port: number, credentials = grpc.ServerCredentials.createInsecure()): Promise<number> {
+  const tls = credentialsTls(credentials);
+  if (tls !== undefined && tls.clientSan !== '') return listenGrpcCheckingSan(server, host, port, tls);
   return new Promise((resolve, reject) => {
     server.bindAsync(`${host}:${port}`, credentials, (err, bound) =>
       err ? reject(err) : resolve(bound),

@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type { Rejection } from '../config/holder';
+import { PER_SECOND_LABEL } from '../store/persecond';
 
 export type ServingStatus = 'SERVING' | 'NOT_SERVING';
 
@@ -12,6 +13,9 @@ export class HealthState extends EventEmitter {
   private configLoaded = false;
   private configRejection?: Rejection;
   private shuttingDown = false;
+  // WORKERS > 1 (server/workers.ts): why other workers of the set are not serving. The set answers
+  // as one, so this process is not ready either until they all are.
+  private peers: readonly string[] = [];
 
   constructor(
     private readonly storeReady: () => boolean,
@@ -59,6 +63,10 @@ export class HealthState extends EventEmitter {
     return `${what} since ${r.since.toISOString()}: ${first}${more}`;
   }
 
+  setPeers(reasons: readonly string[]): void {
+    this.update(() => (this.peers = reasons));
+  }
+
   setShuttingDown(): void {
     this.update(() => (this.shuttingDown = true));
   }
@@ -69,11 +77,20 @@ export class HealthState extends EventEmitter {
   }
 
   get status(): ServingStatus {
+    return this.ownStatus === 'SERVING' && this.peers.length === 0 ? 'SERVING' : 'NOT_SERVING';
+  }
+
+  // This process alone, whatever the other workers say: what a worker reports to the primary.
+  get ownStatus(): ServingStatus {
     return this.configLoaded && !this.shuttingDown && this.storeReady() ? 'SERVING' : 'NOT_SERVING';
   }
 
   // Reasons for NOT_SERVING, for /healthcheck's body.
   reasons(): string[] {
+    return [...this.ownReasons(), ...this.peers];
+  }
+
+  ownReasons(): string[] {
     const out: string[] = [];
     if (!this.configLoaded) {
       const rejected = this.rejectionText('config rejected');
@@ -85,13 +102,20 @@ export class HealthState extends EventEmitter {
   }
 
   private lastStatus: ServingStatus = 'NOT_SERVING';
+  private lastOwn: ServingStatus = 'NOT_SERVING';
 
+  // 'change': the status served; 'own-change': this process' own (see ownStatus).
   private update(change: () => void): void {
     change();
     const now = this.status;
     if (now !== this.lastStatus) {
       this.lastStatus = now;
       this.emit('change', now);
+    }
+    const own = this.ownStatus;
+    if (own !== this.lastOwn) {
+      this.lastOwn = own;
+      this.emit('own-change', own);
     }
   }
 }
@@ -133,9 +157,26 @@ const SUFFIXES: [RegExp, (m: RegExpExecArray) => string][] = [
 
 // `storeNow`: what the store says about itself now (HealthState.degraded()), when known.
 export function plainDegradedReason(reason: string, storeNow?: string): string {
+  const [main, second] = perSecondSides(reason);
+  if (second === undefined) return plainSide(reason, storeNow);
+  const [mainNow, secondNow] = perSecondSides(storeNow);
+  const words = `${PER_SECOND_LABEL}${plainSide(second, secondNow)}`;
+  return main === undefined ? words : `${plainSide(main, mainNow)}; ${words}`;
+}
+
+// With REDIS_PERSECOND, what the per-second Redis' stack says comes last, labelled
+// (store/persecond.ts): each side is put in words with what its own Redis says now.
+function perSecondSides(text: string | undefined): [string | undefined, string | undefined] {
+  const at = text?.indexOf(PER_SECOND_LABEL) ?? -1;
+  if (text === undefined || at < 0) return [text, undefined];
+  const main = text.slice(0, at).replace(/; $/, '');
+  return [main === '' ? undefined : main, text.slice(at + PER_SECOND_LABEL.length)];
+}
+
+function plainSide(reason: string, storeNow?: string): string {
   for (const [re, text] of SUFFIXES) {
     const m = re.exec(reason);
-    if (m !== null) return `${plainDegradedReason(reason.slice(0, m.index), storeNow)}; ${text(m)}`;
+    if (m !== null) return `${plainSide(reason.slice(0, m.index), storeNow)}; ${text(m)}`;
   }
   return plainPart(reason, storeNow);
 }

@@ -1,5 +1,6 @@
 import http from 'node:http';
 import https from 'node:https';
+import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { dumpConfig } from '../config/dump';
 import type { ConfigHolder } from '../config/holder';
@@ -13,6 +14,7 @@ import { type HealthState, plainDegradedReason } from './health';
 import type { Metrics } from './metrics';
 import { failureLog, mapError } from './status';
 import type { ServerTls } from './tls';
+import type { Tracer } from './tracing';
 
 export interface HttpDeps {
   service: RateLimitService;
@@ -21,6 +23,7 @@ export interface HttpDeps {
   config: ConfigHolder;
   logger: Logger;
   settingsDump: () => Record<string, unknown>;
+  tracer?: Tracer;
 }
 
 export type Route = (req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps) => Promise<void> | void;
@@ -132,15 +135,18 @@ function httpFailureLog(logger: Logger): ReturnType<typeof failureLog> {
 
 async function handleJson(req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): Promise<void> {
   const end = deps.metrics.requestDuration.startTimer({ transport: 'http' });
+  const trace = deps.tracer?.startCall('http', req);
   try {
-    const response = await deps.service.shouldRateLimit(parseRequest(await readBody(req, deps.service.bounds), deps.service.bounds));
+    const response = await deps.service.shouldRateLimit(parseRequest(await readBody(req, deps.service.bounds), deps.service.bounds), { trace });
     const over = response.overallCode === 2;
     deps.metrics.requests.inc({ transport: 'http', code: over ? 'OVER_LIMIT' : 'OK' });
+    trace?.end(over ? 'OVER_LIMIT' : 'OK', over ? 429 : 200);
     send(res, over ? 429 : 200, responseJson(response, deps.health.storeNow()), 'application/json', httpHeaders(response));
   } catch (err) {
     const mapped = mapError(err);
     deps.metrics.requests.inc({ transport: 'http', code: mapped.label });
     httpFailureLog(deps.logger)(mapped, err);
+    trace?.end(mapped.label, mapped.http, mapped.message);
     const message = mapped.label === 'UNAVAILABLE' ? plainUnavailable(mapped.message, deps.health.storeNow()) : mapped.message;
     send(res, mapped.http, JSON.stringify({ error: message, code: mapped.label }), 'application/json');
   } finally {
@@ -158,7 +164,7 @@ function readiness(_req: http.IncomingMessage, res: http.ServerResponse, deps: H
 }
 
 async function metrics(_req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): Promise<void> {
-  send(res, 200, await deps.metrics.registry.metrics(), deps.metrics.registry.contentType);
+  send(res, 200, await deps.metrics.scrape(), deps.metrics.registry.contentType);
 }
 
 function rlconfig(_req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): void {
@@ -208,12 +214,14 @@ export const ADMIN_ROUTES: Record<string, RouteSpec> = {
   '/healthcheck': { method: 'GET', handle: readiness },
 };
 
-async function route(routes: Record<string, RouteSpec>, req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps, mtls: boolean): Promise<void> {
+// `tls`: the listener serves HTTPS (its plaintext connections are for probes and scrapes only).
+async function route(routes: Record<string, RouteSpec>, req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps, tls: { mtls: boolean } | undefined): Promise<void> {
   const r = routes[(req.url ?? '/').split('?')[0]];
   if (r === undefined) return send(res, 404, 'not found\n');
   const method = req.method ?? 'GET';
   if (method !== r.method && !(r.method === 'GET' && method === 'HEAD')) return send(res, 405, `use ${r.method}\n`);
-  if (r.clientCert && mtls && !(req.socket as TLSSocket).authorized) return send(res, 403, 'a client certificate signed by GRPC_CLIENT_TLS_CACERT is required\n');
+  if (r.clientCert && tls !== undefined && !(req.socket as Partial<TLSSocket>).encrypted) return send(res, 403, 'HTTPS is required with GRPC_SERVER_USE_TLS (HTTP_PLAINTEXT=true allows plaintext)\n');
+  if (r.clientCert && tls?.mtls && !(req.socket as TLSSocket).authorized) return send(res, 403, 'a client certificate signed by GRPC_CLIENT_TLS_CACERT is required\n');
   await r.handle(req, res, deps);
 }
 
@@ -232,9 +240,9 @@ export interface HttpServerOptions {
 export const DEFAULT_HTTP_OPTIONS: HttpServerOptions = { headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, keepAliveTimeoutMs: 5000, maxConnections: 10_000 };
 
 export function createHttpServer(deps: HttpDeps, routes = MAIN_ROUTES, options: HttpServerOptions = DEFAULT_HTTP_OPTIONS): http.Server {
-  const mtls = options.tls?.requireClientCert === true;
+  const tlsRoute = options.tls === undefined ? undefined : { mtls: options.tls.requireClientCert };
   const handler = (req: http.IncomingMessage, res: http.ServerResponse) => {
-    route(routes, req, res, deps, mtls).catch((err: unknown) => {
+    route(routes, req, res, deps, tlsRoute).catch((err: unknown) => {
       deps.logger.error({ err, event: 'http_error' }, 'HTTP handler failed');
       if (!res.headersSent) send(res, 500, 'internal error\n');
     });
@@ -256,10 +264,30 @@ export function createHttpServer(deps: HttpDeps, routes = MAIN_ROUTES, options: 
     const tlsOptions = { requestCert: t.requireClientCert, rejectUnauthorized: false, handshakeTimeout: options.headersTimeoutMs };
     const secure = https.createServer({ ...timeouts, ...tlsOptions, ...t.secureContext() }, handler);
     t.onChange(() => secure.setSecureContext(t.secureContext()));
+    acceptPlaintextToo(secure, http.createServer(timeouts, handler));
     server = secure;
   }
   if (options.maxConnections > 0) server.maxConnections = options.maxConnections;
   return server;
+}
+
+// Kubernetes probes of upstream's deployments (Envoy Gateway's among them) ask for /healthcheck
+// over plain HTTP even with GRPC_SERVER_USE_TLS, because upstream's HTTP port never serves TLS. So
+// the HTTPS port also takes plaintext connections, told apart by their first byte (a TLS
+// handshake starts with 0x16): they reach health and metrics; POST /json is refused (route()).
+function acceptPlaintextToo(secure: https.Server, plain: http.Server): void {
+  const [onTls] = secure.listeners('connection') as ((socket: Socket) => void)[];
+  secure.removeAllListeners('connection');
+  secure.on('connection', (socket: Socket) => {
+    socket.once('readable', () => {
+      const first = socket.read(1) as Buffer | null;
+      if (first === null) return void socket.destroy();
+      // Both servers read what is unshifted before the rest of the stream.
+      socket.unshift(first);
+      if (first[0] === 0x16) onTls.call(secure, socket);
+      else plain.emit('connection', socket);
+    });
+  });
 }
 
 export function listenHttp(server: http.Server, host: string, port: number): Promise<number> {

@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { DescriptorResult } from '../limiter/limiter';
+import type { OverLimitCacheStats } from '../store/over-limit-cache';
 import { registerUpstreamSeries } from './upstream-series';
 
 // Prometheus metrics on an own registry. Per-rule counters follow envoyproxy/ratelimit's
@@ -30,25 +31,29 @@ export class Metrics {
   readonly leaseServed: Counter;
   readonly memoryKeys: Gauge;
   memoryKeysSource?: () => number;
+  // The over-limit cache's lookups (Redis store only), read when scraped.
+  localCacheSource?: () => OverLimitCacheStats;
+  // WORKERS > 1: the whole set's series, gathered by the primary (server/workers.ts).
+  scrapeSource?: () => Promise<string>;
   private readonly ruleStats: Record<RuleStat, Counter<'domain' | 'key1' | 'key2'>>;
   // Hits per stats key (bounded by the config's rules, see above), by RULE_STATS index.
-  private readonly ruleTallies = new Map<string, { labels: { domain: string; key1: string; key2: string }; counts: number[] }>();
+  private readonly ruleTallies = new Map<string, { labels: { domain: string; key1: string; key2: string }; counts: number[]; localCache: number }>();
 
   constructor(options: { defaultMetrics?: boolean; extraTags?: readonly string[] } = {}) {
     const registers = [this.registry];
     this.requests = new Counter({ name: 'sluice_requests_total', help: 'ShouldRateLimit calls by transport and result (OK, OVER_LIMIT, INVALID_ARGUMENT, UNAVAILABLE, INTERNAL)', labelNames: ['transport', 'code'], registers });
     this.requestDuration = new Histogram({ name: 'sluice_request_duration_seconds', help: 'ShouldRateLimit latency', labelNames: ['transport'], buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25], registers });
     this.configLoads = new Counter({ name: 'sluice_config_loads_total', help: 'Config loads by result (success, error)', labelNames: ['result'], registers });
-    this.configLoadTimestamp = new Gauge({ name: 'sluice_config_last_load_success_timestamp_seconds', help: 'When the running config was loaded', registers });
+    this.configLoadTimestamp = new Gauge({ name: 'sluice_config_last_load_success_timestamp_seconds', help: 'When the running config was loaded', registers, aggregator: 'max' });
     this.memoryEvictions = new Counter({ name: 'sluice_memory_store_evictions_total', help: 'Live counters evicted from the memory store to make room (none since keys beyond the cap go to the approximate tier; kept for dashboards)', registers });
     this.memoryOverflow = new Counter({ name: 'sluice_memory_store_overflow_decisions_total', help: 'Limits decided by the memory store approximate tier (key cap reached with every counter live; it can only over-count)', registers });
     this.degraded = new Counter({ name: 'sluice_degraded_decisions_total', help: 'Decisions made without Redis, by fallback policy (local, allow, deny)', labelNames: ['policy'], registers });
-    this.breakerState = new Gauge({ name: 'sluice_breaker_state', help: 'Circuit breaker in front of Redis: 0 closed, 1 half-open (recovering: a background write-back/probe, not a request), 2 open', registers });
+    this.breakerState = new Gauge({ name: 'sluice_breaker_state', help: 'Circuit breaker in front of Redis: 0 closed, 1 half-open (recovering: a background write-back/probe, not a request), 2 open (WORKERS > 1: the worst worker)', registers, aggregator: 'max' });
     this.breakerTransitions = new Counter({ name: 'sluice_breaker_transitions_total', help: 'Circuit breaker state changes, by new state', labelNames: ['to'], registers });
     this.storeFailures = new Counter({ name: 'sluice_store_failures_total', help: "Redis calls that failed (error), got no answer within the caller's budget while this process was responsive (timeout), or stayed unanswered past REDIS_TIMEOUT (stalled)", labelNames: ['kind'], registers });
     this.ownOverload = new Counter({ name: 'sluice_store_own_overload_total', help: 'Store deadlines missed because this process was busy (event-loop lag), not counted against Redis', registers });
     this.refundEntries = new Counter({ name: 'sluice_refund_entries_total', help: 'Counter entries given back to Redis for requests denied after Redis consumed their hits (result: ok, error)', labelNames: ['result'], registers });
-    this.fleetReplicas = new Gauge({ name: 'sluice_fleet_replicas', help: 'Live replicas registered in Redis (sharing the budget), as last counted', registers });
+    this.fleetReplicas = new Gauge({ name: 'sluice_fleet_replicas', help: 'Live replicas registered in Redis (sharing the budget), as last counted', registers, aggregator: 'max' });
     this.overLimitCacheHits = new Counter({ name: 'sluice_over_limit_cache_hits_total', help: 'Requests answered OVER_LIMIT from the over-limit cache, without Redis', registers });
     this.writeBackHits = new Counter({ name: 'sluice_fallback_write_back_hits_total', help: 'Hits admitted by the local fallback and written back to Redis (result: ok, error)', labelNames: ['result'], registers });
     this.storeDuration = new Histogram({ name: 'sluice_store_duration_seconds', help: 'Redis script calls by operation (decide, peek, refund, absorb, lease, heartbeat) and result (ok, error)', labelNames: ['operation', 'result'], buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1], registers });
@@ -88,11 +93,29 @@ export class Metrics {
         },
       });
     };
+    // Upstream's per-rule over_limit_with_local_cache stat. Its Prometheus mapping has no rule for
+    // it; the name follows the family above so one dashboard query covers both.
+    new Counter({
+      name: 'ratelimit_service_rate_limit_over_limit_with_local_cache',
+      help: 'Hits per rule denied from the over-limit cache, without Redis (also in over_limit)',
+      labelNames: ['domain', 'key1', 'key2'],
+      registers,
+      collect() {
+        this.reset();
+        for (const t of tallies.values()) if (t.localCache > 0) this.inc(t.labels, t.localCache);
+      },
+    });
+    registerLocalCacheGauges(registers, () => keys.localCacheSource?.());
     this.ruleStats = { total_hits: rule('total_hits'), over_limit: rule('over_limit'), near_limit: rule('near_limit'), within_limit: rule('within_limit'), shadow_mode: rule('shadow_mode') };
     registerUpstreamSeries(this.registry, this);
     // EXTRA_TAGS: constant labels on every series, as upstream puts them on every stat.
     if (options.extraTags !== undefined && options.extraTags.length > 0) this.registry.setDefaultLabels(constantLabels(options.extraTags));
     if (options.defaultMetrics) collectDefaultMetrics({ register: this.registry });
+  }
+
+  // What GET /metrics answers: this process' series, or the whole set's under WORKERS > 1.
+  scrape(): Promise<string> {
+    return this.scrapeSource?.() ?? this.registry.metrics();
   }
 
   // Hits per rule since start, by stats key, for sinks other than Prometheus (statsd.ts).
@@ -110,16 +133,39 @@ export class Metrics {
     const statKey = result.matched.statKey;
     let tally = this.ruleTallies.get(statKey);
     if (tally === undefined) {
-      tally = { labels: statLabels(statKey), counts: RULE_STATS.map(() => 0) };
+      tally = { labels: statLabels(statKey), counts: RULE_STATS.map(() => 0), localCache: 0 };
       this.ruleTallies.set(statKey, tally);
     }
     const counts = ruleCounts(result, nearLimitRatio);
     for (let i = 0; i < RULE_STATS.length; i++) tally.counts[i] += counts[RULE_STATS[i]];
+    if (result.fromLocalCache) tally.localCache += result.hits;
   }
 }
 
 export const RULE_STATS = ['total_hits', 'over_limit', 'near_limit', 'within_limit', 'shadow_mode'] as const;
 export type RuleStat = (typeof RULE_STATS)[number];
+
+// Upstream's ratelimit.localcache.* gauges (freecache's counts), under the names its Prometheus sink
+// gives a stat its mapping does not name (dots become underscores); 0 without a cache.
+function registerLocalCacheGauges(registers: Registry[], source: () => OverLimitCacheStats | undefined): void {
+  const gauges: [string, string, (s: OverLimitCacheStats) => number][] = [
+    ['hitCount', 'Over-limit cache lookups that found a remembered denial', (s) => s.hits],
+    ['missCount', 'Over-limit cache lookups that found none', (s) => s.misses],
+    ['lookupCount', 'Over-limit cache lookups', (s) => s.hits + s.misses],
+    ['entryCount', 'Keys held by the over-limit cache', (s) => s.size],
+  ];
+  for (const [stat, help, value] of gauges) {
+    new Gauge({
+      name: `ratelimit_localcache_${stat}`,
+      help,
+      registers,
+      collect() {
+        const stats = source();
+        if (stats !== undefined) this.set(value(stats));
+      },
+    });
+  }
+}
 
 function statLabels(statKey: string): { domain: string; key1: string; key2: string } {
   const [domain = '', key1 = '', key2 = ''] = statKey.split('.');

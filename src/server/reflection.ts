@@ -213,13 +213,13 @@ function serviceName(definition: grpc.ServiceDefinition): string {
   return first.path.slice(1, first.path.lastIndexOf('/'));
 }
 
-// Adds grpc.reflection.v1 and v1alpha, listing the given services and themselves, as grpc-go does.
+// grpc.reflection.v1 and v1alpha, listing the given services and themselves, as grpc-go does.
 // Throws when a listed service is missing from the descriptor set (run `npm run gen`).
-export function addReflection(server: grpc.Server, served: grpc.ServiceDefinition[], descriptors = Descriptors.load()): void {
+export function reflectionServices(served: grpc.ServiceDefinition[], descriptors = Descriptors.load()): [grpc.ServiceDefinition, grpc.UntypedServiceImplementation][] {
   const reflection = [ReflectionV1, ReflectionV1Alpha] as grpc.ServiceDefinition[];
   const services = [...served, ...reflection].map(serviceName).sort();
   const missing = services.filter((name) => !descriptors.has(name));
   if (missing.length > 0) throw new Error(`${DESCRIPTOR_SET} lacks ${missing.join(', ')}: run npm run gen`);
   const impl = reflectionImpl(descriptors, services);
-  for (const definition of reflection) server.addService(definition, impl);
+  return reflection.map((definition) => [definition, impl]);
 }

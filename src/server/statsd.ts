@@ -60,7 +60,7 @@ export class StatsdSink {
 
   async flush(): Promise<void> {
     try {
-      for (const [name, total] of await this.totals()) {
+      for (const [name, total] of await upstreamCounters(this.metrics)) {
         const delta = total - (this.sent.get(name) ?? 0);
         if (delta <= 0) continue;
         this.sent.set(name, total);
@@ -78,25 +78,6 @@ export class StatsdSink {
     await new Promise<void>((resolve) => this.client.close(() => resolve()));
   }
 
-  private async totals(): Promise<Map<string, number>> {
-    const totals = new Map<string, number>();
-    const add = (name: string, n: number) => totals.set(name, (totals.get(name) ?? 0) + n);
-    for (const [statKey, counts] of this.metrics.ruleTotals()) {
-      const base = `ratelimit.service.rate_limit.${sanitizeStatName(statKey)}.`;
-      for (const stat of RULE_STATS) add(base + stat, counts[stat]);
-    }
-    for (const { labels, value } of (await this.metrics.configLoads.get()).values) {
-      add(`ratelimit.service.config_load_${labels.result}`, value);
-    }
-    for (const { labels, value } of (await this.metrics.requests.get()).values) {
-      // Upstream counts gRPC calls in its gRPC interceptor; its /json handler is not counted there.
-      if (labels.transport === 'grpc') add('ratelimit_server.ShouldRateLimit.total_requests', value);
-      const type = errType(String(labels.code));
-      if (type !== undefined) add(`ratelimit.service.call.should_rate_limit.${type}`, value);
-    }
-    return totals;
-  }
-
   private logError(err: Error): void {
     const now = Date.now();
     if (now - this.lastErrorLog < ERROR_LOG_EVERY_MS) return;
@@ -104,6 +85,27 @@ export class StatsdSink {
     const { host, port, protocol } = this.options;
     this.options.logger.warn({ event: 'statsd_error', host, port, protocol, error: err.message }, `statsd: could not send to ${protocol}://${host}:${port}: ${err.message}`);
   }
+}
+
+// Upstream's statsd counters as totals since start, by statsd name: the statsd sink sends their
+// change at each flush, the Prometheus listener maps them (prometheus-listener.ts).
+export async function upstreamCounters(metrics: Metrics): Promise<Map<string, number>> {
+  const totals = new Map<string, number>();
+  const add = (name: string, n: number) => totals.set(name, (totals.get(name) ?? 0) + n);
+  for (const [statKey, counts] of metrics.ruleTotals()) {
+    const base = `ratelimit.service.rate_limit.${sanitizeStatName(statKey)}.`;
+    for (const stat of RULE_STATS) add(base + stat, counts[stat]);
+  }
+  for (const { labels, value } of (await metrics.configLoads.get()).values) {
+    add(`ratelimit.service.config_load_${labels.result}`, value);
+  }
+  for (const { labels, value } of (await metrics.requests.get()).values) {
+    // Upstream counts gRPC calls in its gRPC interceptor; its /json handler is not counted there.
+    if (labels.transport === 'grpc') add('ratelimit_server.ShouldRateLimit.total_requests', value);
+    const type = errType(String(labels.code));
+    if (type !== undefined) add(`ratelimit.service.call.should_rate_limit.${type}`, value);
+  }
+  return totals;
 }
 
 // Upstream's utils.SanitizeStatName: ':' and '|' would end the name in a statsd line, and the dots

@@ -1,6 +1,9 @@
 import * as grpc from '@grpc/grpc-js';
 import type tls from 'node:tls';
+import type { TLSSocket } from 'node:tls';
+import type { Logger } from '../logger';
 import type { Settings } from '../settings';
+import { peerHasSan } from './client-san';
 
 // The server certificate of GRPC_SERVER_USE_TLS, shared by the gRPC listener and (unless
 // HTTP_PLAINTEXT) the main HTTP listener. Certificate files are re-read every TLS_RELOAD_INTERVAL
@@ -12,6 +15,11 @@ export interface ServerTls {
   // connections until then, so sluice reports itself listening only after.
   ready: Promise<void>;
   requireClientCert: boolean;
+  // GRPC_CLIENT_TLS_SAN ('' = none): a name a verified client certificate must also carry.
+  clientSan: string;
+  // Whether a connection's client may stay, after the handshake: with GRPC_CLIENT_TLS_SAN, only if
+  // its certificate carries the name (a refusal is logged). Servers close the others.
+  acceptsPeer(socket: TLSSocket): boolean;
   // The newest certificate, key and client CA, for an https server (after `ready`).
   secureContext(): tls.SecureContextOptions;
   // Called after each change of the files.
@@ -22,7 +30,7 @@ export interface ServerTls {
 
 type Identity = { certificate: Buffer; privateKey: Buffer };
 
-export function serverTls(s: Settings): ServerTls | undefined {
+export function serverTls(s: Settings, logger?: Logger): ServerTls | undefined {
   if (!s.grpcTls) return undefined;
   if (s.grpcTlsCert === '' || s.grpcTlsKey === '') {
     throw new Error('GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY');
@@ -69,6 +77,8 @@ export function serverTls(s: Settings): ServerTls | undefined {
     credentials: grpc.experimental.createCertificateProviderServerCredentials(identity, clientCa, clientCa !== null),
     ready,
     requireClientCert: clientCa !== null,
+    clientSan: s.grpcTlsClientSan,
+    acceptsPeer: (socket) => s.grpcTlsClientSan === '' || peerHasSan(socket, s.grpcTlsClientSan, logger),
     secureContext: () => ({ cert: id?.certificate, key: id?.privateKey, ...(ca === undefined ? {} : { ca }) }),
     onChange: (listener) => void changed.add(listener),
     close() {
@@ -81,5 +91,15 @@ export function serverTls(s: Settings): ServerTls | undefined {
 
 // gRPC listener credentials: insecure without GRPC_SERVER_USE_TLS.
 export function grpcCredentials(t: ServerTls | undefined): grpc.ServerCredentials {
-  return t === undefined ? grpc.ServerCredentials.createInsecure() : t.credentials;
+  if (t === undefined) return grpc.ServerCredentials.createInsecure();
+  OWNER.set(t.credentials, t);
+  return t.credentials;
+}
+
+// The ServerTls of the credentials grpcCredentials() handed out: bindGrpc() reads the client SAN
+// to check from it (grpc-js itself cannot check one, see client-san.ts).
+const OWNER = new WeakMap<grpc.ServerCredentials, ServerTls>();
+
+export function credentialsTls(credentials: grpc.ServerCredentials): ServerTls | undefined {
+  return OWNER.get(credentials);
 }

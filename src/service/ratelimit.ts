@@ -5,6 +5,7 @@ import { decideRequest, type LimiterSettings, type LimitDecision } from '../limi
 import type { Logger } from '../logger';
 import type { RateLimitRequest } from '../model';
 import type { Metrics } from '../server/metrics';
+import type { CallTrace } from '../server/tracing';
 import type { Settings } from '../settings';
 import type { Store } from '../store/store';
 import { explainRequest } from './explain';
@@ -51,13 +52,14 @@ export class RateLimitService {
 
   // Throws InvalidRequestError for a malformed request and UnavailableError when no decision can
   // be made; never answers UNKNOWN.
-  async shouldRateLimit(pb: PbRequest, call: { deadlineAt?: number } = {}): Promise<PbResponse> {
+  async shouldRateLimit(pb: PbRequest, call: { deadlineAt?: number; trace?: CallTrace } = {}): Promise<PbResponse> {
     const request = requestFromProto(pb, this.bounds);
+    call.trace?.describe(request.domain, request.descriptors.length);
     const config = this.deps.config.config;
     if (config === undefined) throw new UnavailableError('no rate limit configuration loaded');
     let decision: LimitDecision;
     try {
-      decision = await decideRequest(config, request, this.deps.store, this.limiter, { deadlineAt: call.deadlineAt });
+      decision = await decideRequest(config, request, this.deps.store, this.limiter, { deadlineAt: call.deadlineAt, trace: call.trace });
     } catch (err) {
       throw err instanceof UnavailableError ? err : new UnavailableError('counter store failed', { cause: err });
     }

@@ -5,6 +5,7 @@ import type { BreakerOptions } from './breaker';
 import type { StoreEvents } from './events';
 import { MAX_BATCH, type RestoreEntry, type SharedOps } from './shared';
 import { MemoryStore } from './memory';
+import { PerSecondSplit, perSecondEvents } from './persecond';
 import type { RedisStore } from './redis';
 import { createRegion, RegionalStore, type RegionOptions } from './region';
 import { BreakerStage } from './stages/breaker';
@@ -15,6 +16,7 @@ import { Journal } from './stages/journal';
 import { LagMonitor } from './stages/lag';
 import { LastKnown } from './stages/last-known';
 import { LeaseStage } from './stages/leases';
+import type { OverLimitCacheStats } from './over-limit-cache';
 import { OverLimitCacheStage } from './stages/over-limit';
 import { ReplicaRegistry } from './stages/replicas';
 import { Stage } from './stages/stage';
@@ -36,6 +38,11 @@ export interface RedisStackOptions {
   replicaTtlMs: number;
   replicaId: string;
   overLimitCacheSize: number;
+  // LOCAL_CACHE_SIZE_IN_BYTES asks for upstream's local cache: it answers with upstream counting
+  // too, leaving a remembered key uncounted as upstream does. Otherwise counting bypasses it.
+  overLimitCacheWhenCounting: boolean;
+  // Hands the over-limit cache's lookup counts to whoever reports them (metrics).
+  onOverLimitCache?: (stats: OverLimitCacheStats) => void;
   // undefined: no leases at all.
   leases?: { autoThreshold: number; autoShare: number; ttlMs: number; lowWater: number };
   memoryMaxKeys: number;
@@ -64,6 +71,7 @@ export function redisStackOptions(s: Settings): RedisStackOptions {
     replicaTtlMs: s.replicaTtlMs,
     replicaId: randomUUID(),
     overLimitCacheSize: s.overLimitCacheSize,
+    overLimitCacheWhenCounting: s.localCacheSizeBytes > 0,
     leases: { autoThreshold: s.leaseAutoThreshold, autoShare: s.leaseAutoShare, ttlMs: s.leaseTtlMs, lowWater: s.leaseLowWater },
     memoryMaxKeys: s.memoryMaxKeys,
     journalFlushMs: 1000,
@@ -152,9 +160,11 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
   top = new OverLimitCacheStage(top, {
     clock: o.clock,
     size: o.overLimitCacheSize,
+    whenCounting: o.overLimitCacheWhenCounting,
     isLeased: (c) => leases?.isLeased(c) ?? false,
     leaseTtlMs: o.leases?.ttlMs ?? Infinity,
     events,
+    onCache: o.onOverLimitCache,
   });
   // Single timeouts leave journal entries while the breaker stays closed: write them back too.
   const flusher = setInterval(() => {
@@ -172,6 +182,17 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
     await replicas?.close();
     await local.close();
   });
+}
+
+// REDIS_PERSECOND: one whole stack per Redis, and the split that sends each limit to its own
+// (store/persecond.ts). The per-second stack waits REDIS_PERSECOND_TIMEOUT (or REDIS_TIMEOUT)
+// before its breaker opens.
+export function createPerSecondSplit(o: { main: RedisStore; perSecond: RedisStore; events: StoreEvents; options: RedisStackOptions; perSecondStalledMs: number }): Store {
+  const main = createRedisStack(o.main, o.events, o.options);
+  // Its over-limit cache's counts are not reported: the metric has one source, the main cache.
+  const options = { ...o.options, stalledMs: o.perSecondStalledMs || o.options.stalledMs, onOverLimitCache: undefined };
+  const perSecond = createRedisStack(o.perSecond, perSecondEvents(o.events), options);
+  return new PerSecondSplit({ store: main, refund: (e) => o.main.refunds.add(e) }, { store: perSecond, refund: (e) => o.perSecond.refunds.add(e) });
 }
 
 // The outermost wrapper: closes the stack's own timers and helpers before the stages.

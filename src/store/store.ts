@@ -27,6 +27,9 @@ export interface LimitOutcome {
   // Multi-region, from the Redis store only: units the region's allowance for this limit holds
   // after the decision; undefined when the region holds none (never leased, or expired).
   held?: number;
+  // Answered from the over-limit cache, without asking the store (upstream's
+  // over_limit_with_local_cache).
+  fromLocalCache?: boolean;
 }
 
 export type DegradedPolicy = 'local' | 'allow';

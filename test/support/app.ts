@@ -20,9 +20,12 @@ export interface Running {
   stop(): Promise<void>;
 }
 
+// SLUICE_GRPC_SERVER_IMPL=http2 runs the gRPC tests against the node:http2 server.
+export const GRPC_SERVER_IMPL = (process.env.SLUICE_GRPC_SERVER_IMPL ?? 'grpc-js') as Settings['grpcServerImpl'];
+
 // Boots the real service in this process on free loopback ports, with a gRPC client to it.
 export async function startApp(overrides: Partial<Settings>, options: AppOptions = {}): Promise<Running> {
-  const settings = defaultSettings({ host: '127.0.0.1', grpcHost: '127.0.0.1', httpPort: 0, grpcPort: 0, adminPort: 0, configWatch: false, logLevel: 'silent', ...overrides });
+  const settings = defaultSettings({ host: '127.0.0.1', grpcHost: '127.0.0.1', httpPort: 0, grpcPort: 0, adminPort: 0, configWatch: false, logLevel: 'silent', grpcServerImpl: GRPC_SERVER_IMPL, ...overrides });
   const app = createApp(settings, { logger: createLogger(settings.logLevel), ...options });
   const { grpcPort, httpPort, adminPort } = await app.start();
   const client = new RateLimitServiceClient(`127.0.0.1:${grpcPort}`, grpc.credentials.createInsecure());

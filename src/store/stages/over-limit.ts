@@ -1,22 +1,30 @@
 import type { Clock } from '../../clock';
 import type { StoreEvents } from '../events';
-import { OverLimitCache } from '../over-limit-cache';
+import { OverLimitCache, type OverLimitCacheStats } from '../over-limit-cache';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from '../store';
 import { Stage } from './stage';
 
 export interface OverLimitOptions {
   clock: Clock;
   size: number;
+  // Answer from the cache with upstream counting too (upstream's local cache: a remembered key is
+  // not counted); otherwise counting bypasses the cache, every hit going to Redis.
+  whenCounting: boolean;
   // Keys served from leases: their denial is remembered no longer than `leaseTtlMs`, because
   // units other replicas hold come back within it.
   isLeased: (check: LimitCheck) => boolean;
   leaseTtlMs: number;
   events: StoreEvents;
+  onCache?: (stats: OverLimitCacheStats) => void;
 }
 
 // Keys Redis said are over their limit, remembered until they can pass again, so a flood against
 // an exhausted key is answered here and costs Redis nothing (upstream's local cache). Only Redis'
 // own denials are remembered, never a fallback's; a new config forgets them all.
+//
+// As upstream, the cache answers per limit: a remembered key is denied without asking Redis, and
+// the request's other limits still go to Redis, so every status is known (the RLS answer cannot say
+// "unknown"). Only a request whose every limit is remembered costs Redis nothing.
 export class OverLimitCacheStage extends Stage {
   private readonly cache: OverLimitCache;
 
@@ -26,17 +34,29 @@ export class OverLimitCacheStage extends Stage {
   ) {
     super(inner);
     this.cache = new OverLimitCache(o.size);
+    o.onCache?.(this.cache);
   }
 
   override async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
-    // Upstream counting wants every hit in Redis.
-    if (options.countDeniedHits) return this.inner.decide(checks, options);
+    if (options.countDeniedHits && !this.o.whenCounting) return this.inner.decide(checks, options);
     const now = this.o.clock.now();
-    const cached = this.cachedDenial(checks, now);
-    if (cached !== undefined) return cached;
-    const decision = await this.inner.decide(checks, options);
-    if (decision.degraded === undefined) this.remember(checks, decision, this.o.clock.now());
-    return decision;
+    const cached = checks.map((c) => (c.mode === 'enforce' ? this.cache.deniedUntil(c.key, c.hits, now) : undefined));
+    const denied = cached.flatMap((until, i) => (until === undefined ? [] : [i]));
+    const rest = cached.flatMap((until, i) => (until === undefined ? [i] : []));
+    if (denied.length === 0) return this.decideAndRemember(checks, options);
+    const outcomes: LimitOutcome[] = [];
+    for (const i of denied) outcomes[i] = { ...cachedOutcome(checks[i], cached[i]! - now), fromLocalCache: true };
+    if (rest.length === 0) {
+      this.o.events.overLimitCacheHit();
+      return { admitted: false, outcomes };
+    }
+    // The request is denied already; its other limits are still evaluated, never filled in. With
+    // upstream counting they take their hits as upstream's do (INCRBY); otherwise the request
+    // consumes nothing and they are only read.
+    const others = rest.map((i) => checks[i]);
+    const decision = options.countDeniedHits ? await this.decideAndRemember(others, options) : await this.inner.peek(others, options);
+    rest.forEach((i, j) => (outcomes[i] = decision.outcomes[j]));
+    return { ...decision, admitted: false, outcomes };
   }
 
   override configChanged(): void {
@@ -44,20 +64,10 @@ export class OverLimitCacheStage extends Stage {
     this.inner.configChanged?.();
   }
 
-  // Answered here only when every limit of the request is a remembered denial: each is then known
-  // exactly (remaining 0, its reset). A request with any other limit goes to the store, which
-  // denies it all the same (consuming nothing) and says what the other limits have left: the RLS
-  // answer has no way to say "unknown", and 0 would be a wrong answer.
-  private cachedDenial(checks: readonly LimitCheck[], now: number): Decision | undefined {
-    const denials: LocalDenial[] = [];
-    for (const c of checks) {
-      const until = c.mode === 'enforce' ? this.cache.deniedUntil(c.key, c.hits, now) : undefined;
-      if (until === undefined) return undefined;
-      denials.push({ resetMs: until - now, retryAfterMs: until - now });
-    }
-    if (denials.length === 0) return undefined;
-    this.o.events.overLimitCacheHit();
-    return knownDenial(checks, denials);
+  private async decideAndRemember(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    const decision = await this.inner.decide(checks, options);
+    if (decision.degraded === undefined) this.remember(checks, decision, this.o.clock.now());
+    return decision;
   }
 
   private remember(checks: readonly LimitCheck[], decision: Decision, now: number): void {
@@ -78,13 +88,16 @@ export interface LocalDenial {
 // A request denied without asking the store, every one of its limits known to have nothing left
 // (remaining 0, its reset, its retry-after; its whole capacity in use, for near-limit statistics).
 export function knownDenial(checks: readonly LimitCheck[], denials: readonly LocalDenial[]): Decision {
-  const outcomes = checks.map((c, j): LimitOutcome => ({
-    allowed: false,
-    consumed: false,
-    remaining: 0,
-    resetMs: denials[j].resetMs,
-    retryAfterMs: denials[j].retryAfterMs,
-    usedBefore: c.algorithm === 'token_bucket' || c.algorithm === 'gcra' ? c.burst : c.limit,
-  }));
-  return { admitted: false, outcomes };
+  return { admitted: false, outcomes: checks.map((c, j) => deniedOutcome(c, denials[j])) };
+}
+
+function deniedOutcome(c: LimitCheck, denial: LocalDenial): LimitOutcome {
+  const capacity = c.algorithm === 'token_bucket' || c.algorithm === 'gcra' ? c.burst : c.limit;
+  return { allowed: false, consumed: false, remaining: 0, resetMs: denial.resetMs, retryAfterMs: denial.retryAfterMs, usedBefore: capacity };
+}
+
+// A remembered denial: nothing left until it can pass again, which is also when its counter resets
+// as far as these hits go.
+function cachedOutcome(c: LimitCheck, waitMs: number): LimitOutcome {
+  return deniedOutcome(c, { resetMs: waitMs, retryAfterMs: waitMs });
 }

@@ -1,0 +1,56 @@
+import * as grpc from '@grpc/grpc-js';
+import type https from 'node:https';
+import { isIP } from 'node:net';
+import tls, { type TLSSocket } from 'node:tls';
+import type { Logger } from '../logger';
+import type { ServerTls } from './tls';
+
+// GRPC_CLIENT_TLS_SAN as upstream checks it (its gRPC server's VerifyPeerCertificate): the client
+// certificate, verified against GRPC_CLIENT_TLS_CACERT, must also carry the name: as a DNS SAN
+// (a wildcard covering one whole label matches, as in TLS) or, for an IP address, as an IP SAN.
+// The subject's CN does not count, as in Go. A refusal is logged, as upstream does.
+export function peerHasSan(socket: TLSSocket, san: string, logger?: Logger): boolean {
+  const cert = socket.getPeerX509Certificate();
+  const found = cert === undefined ? undefined : isIP(san) !== 0 ? cert.checkIP(san) : cert.checkHost(san, { subject: 'never', partialWildcards: false });
+  if (found !== undefined) return true;
+  const subject = cert?.subject.replace(/\n/g, ', ') ?? 'none';
+  logger?.warn({ event: 'client_san_refused', san, subject, remote: socket.remoteAddress }, `client certificate (${subject}) does not carry GRPC_CLIENT_TLS_SAN ${san}: connection closed`);
+  return false;
+}
+
+// The TLS listeners in front of grpc-js servers, closed by drainGrpc.
+const FRONTS = new WeakMap<grpc.Server, tls.Server>();
+
+// grpc-js offers no hook into its TLS handshake, so with a SAN to check, TLS on the gRPC port is
+// terminated here, with the certificate, client CA and reloads of tls.ts, and each connection whose
+// client passes is handed to the grpc-js server as HTTP/2 over the TLS socket. Others are closed as
+// soon as the handshake ends (upstream fails the handshake itself): no call of theirs is answered.
+export function listenGrpcCheckingSan(server: grpc.Server, host: string, port: number, t: ServerTls): Promise<number> {
+  const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  const front = tls.createServer({ ...t.secureContext(), requestCert: true, rejectUnauthorized: true, ALPNProtocols: ['h2'] });
+  t.onChange(() => front.setSecureContext(t.secureContext()));
+  front.on('secureConnection', (socket: TLSSocket) => (t.acceptsPeer(socket) ? injector.injectConnection(socket) : socket.destroy()));
+  FRONTS.set(server, front);
+  return new Promise((resolve, reject) => {
+    front.once('error', reject);
+    front.listen(port, host, () => {
+      front.off('error', reject);
+      const address = front.address();
+      resolve(typeof address === 'object' && address !== null ? address.port : port);
+    });
+  });
+}
+
+// Stops accepting connections; those handed over close with the gRPC server's drain.
+export function closeGrpcFront(server: grpc.Server): void {
+  FRONTS.get(server)?.close();
+}
+
+// The HTTPS listener (POST /json) shares the client CA: a client whose certificate was verified but
+// lacks the name is disconnected too. Clients without a certificate stay, for the routes that ask
+// for none (health probes); /json refuses them already.
+export function refuseHttpsPeersWithoutSan(server: https.Server, t: ServerTls): void {
+  server.on('secureConnection', (socket: TLSSocket) => {
+    if (socket.authorized && !t.acceptsPeer(socket)) socket.destroy();
+  });
+}

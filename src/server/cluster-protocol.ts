@@ -1,0 +1,42 @@
+import type { ReloadTrigger } from '../config/holder';
+import type { CompiledConfig } from '../config/types';
+import { ConfigError } from '../errors';
+import type { Registry } from 'prom-client';
+import type { ServingStatus } from './health';
+
+// Messages between the primary and its workers under WORKERS > 1 (server/workers.ts). The IPC
+// channel uses structured clone ('advanced' serialization), so the compiled config — plain objects,
+// arrays and Maps — crosses as it is, without re-reading or re-compiling files.
+
+// A rejected load, without the Error class (structured clone keeps only an Error's message).
+export interface RejectionWire {
+  since: Date;
+  errors: { file: string; line?: number; detail: string }[];
+}
+
+export type ToWorker =
+  // `config`: the config to serve, undefined while none is loaded; `rejection`: the latest load's
+  // errors when it was rejected.
+  | { type: 'config'; config?: CompiledConfig; rejection?: RejectionWire; trigger: ReloadTrigger }
+  // Why the other workers of the set are not serving ([] when they all are).
+  | { type: 'peers'; reasons: string[] }
+  | { type: 'collect'; id: number }
+  | { type: 'scraped'; id: number; text: string };
+
+export type ToPrimary =
+  | { type: 'hello' }
+  | { type: 'health'; status: ServingStatus; reasons: string[] }
+  | { type: 'start-failed'; message: string }
+  | { type: 'scrape'; id: number }
+  | { type: 'collected'; id: number; metrics: MetricsJson };
+
+// One process' series, as prom-client's AggregatorRegistry.aggregate() takes them.
+export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
+
+export function rejectionToWire(r: { since: Date; errors: ConfigError[] } | undefined): RejectionWire | undefined {
+  return r === undefined ? undefined : { since: r.since, errors: r.errors.map((e) => ({ file: e.file, line: e.line, detail: e.detail })) };
+}
+
+export function rejectionFromWire(r: RejectionWire | undefined): { since: Date; errors: ConfigError[] } | undefined {
+  return r === undefined ? undefined : { since: r.since, errors: r.errors.map((e) => new ConfigError(e.file, e.detail, e.line)) };
+}
