@@ -6,7 +6,7 @@ import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls
 import { type RedisNode, startRedis } from '../test/support/redis';
 import { spawnServer, type ServerProcess } from '../test/support/process';
 import { processCpuSeconds, redisCpuSeconds } from './cpu';
-import { FLEET_ALGORITHMS, fleetConfigDir, H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load } from './fleet';
+import { FLEET_ALGORITHMS, fleetConfigDir, H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, runKeysLoad } from './fleet';
 
 // The cost of a decision, in one run: the same requests, sent with a deadline (grpc-timeout 1S,
 // as Envoy does), to an empty grpc-js handler (bench/empty-server.ts), to sluice on the memory
@@ -17,7 +17,6 @@ import { FLEET_ALGORITHMS, fleetConfigDir, H2LOAD_MISSING, h2loadAvailable, metr
 
 const execFileAsync = promisify(execFile);
 const EMPTY_SERVER = path.join(__dirname, 'empty-server.js');
-const KEYS_LOAD = path.join(__dirname, 'keys-load.js');
 
 export type Target = 'empty handler' | 'memory store' | 'Redis store';
 
@@ -107,12 +106,7 @@ async function h2loadRow(target: Target_, redis: RedisNode | undefined, algorith
 }
 
 async function keysRow(target: Target_, redis: RedisNode | undefined, descriptors: number, keys: number, requests: number): Promise<Measured> {
-  const run = async (n: number) => {
-    const { stdout } = await execFileAsync(process.execPath, [KEYS_LOAD, JSON.stringify({ port: target.port, requests: n, connections: 4, streams: 32, descriptors, keys })], { maxBuffer: 1 << 20 });
-    const r = JSON.parse(stdout) as { reqPerSec: number; p50: number; p99: number; failed: number };
-    if (r.failed > 0) throw new Error(`${target.name}: ${r.failed} of ${n} calls did not end with grpc-status 0`);
-    return { reqPerSec: r.reqPerSec, p50Ms: r.p50, p99Ms: r.p99 };
-  };
+  const run = (n: number) => runKeysLoad({ port: target.port, requests: n, descriptors, keys, label: target.name });
   await run(Math.min(20_000, requests)); // warm-up (and the generator's own start-up)
   return measure(target, redis, requests, () => run(requests));
 }

@@ -1,7 +1,8 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { execFile, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { type ServerProcess, spawnServer } from '../test/support/process';
 import { startRedis } from '../test/support/redis';
@@ -241,4 +242,16 @@ export async function fleetBench(requests: number, replicas = 2): Promise<FleetB
     leaseServed: figures.reduce((a, f) => a + f.leaseServed, 0),
     failedOrNot2xx: figures.reduce((a, f) => a + (f.run.requests - f.run.succeeded) + (f.run.requests - f.run.status2xx), 0),
   };
+}
+
+const KEYS_LOAD = path.join(__dirname, 'keys-load.js');
+
+// bench/keys-load.ts as its own process: `keys` distinct requests in turn, 4 connections x 32
+// streams; every call must end with grpc-status 0.
+export async function runKeysLoad(o: { port: number; requests: number; descriptors: number; keys: number; template?: RateLimitRequest; label: string }): Promise<{ reqPerSec: number; p50Ms: number; p99Ms: number }> {
+  const args = { port: o.port, requests: o.requests, connections: 4, streams: 32, descriptors: o.descriptors, keys: o.keys, template: o.template };
+  const { stdout } = await promisify(execFile)(process.execPath, [KEYS_LOAD, JSON.stringify(args)], { maxBuffer: 1 << 20 });
+  const r = JSON.parse(stdout) as { reqPerSec: number; p50: number; p99: number; failed: number };
+  if (r.failed > 0) throw new Error(`${o.label}: ${r.failed} of ${o.requests} calls did not end with grpc-status 0`);
+  return { reqPerSec: r.reqPerSec, p50Ms: r.p50, p99Ms: r.p99 };
 }

@@ -8,7 +8,7 @@ import { grpcFrame, percentile } from './fleet';
 // line. It costs more CPU per call than h2load: compare its rows with each other (same generator,
 // same run), not with h2load's.
 //
-// argv: JSON { port, requests, connections, streams, descriptors, keys }
+// argv: JSON { port, requests, connections, streams, descriptors, keys, template? }
 
 interface Args {
   port: number;
@@ -17,18 +17,26 @@ interface Args {
   streams: number;
   descriptors: number;
   keys: number;
+  // A request whose entry values get `-<i>` appended for the i-th distinct request (bench/peer.ts:
+  // its config's keys); without it, `descriptors` fixed-window descriptors of their own.
+  template?: RateLimitRequest;
 }
 
 const METHOD = '/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit';
 
 function frames(a: Args): Buffer[] {
+  const { template } = a;
   return Array.from({ length: a.keys }, (_, i) =>
     grpcFrame(
-      RateLimitRequest.encode({
-        domain: 'bench',
-        descriptors: Array.from({ length: a.descriptors }, (_, d) => ({ entries: [{ key: 'fixed_window', value: `key-${d}-${i}` }] })),
-        hitsAddend: 0,
-      }).finish(),
+      RateLimitRequest.encode(
+        template !== undefined
+          ? { ...template, descriptors: template.descriptors.map((d) => ({ ...d, entries: d.entries.map((e) => ({ ...e, value: `${e.value}-${i}` })) })) }
+          : {
+              domain: 'bench',
+              descriptors: Array.from({ length: a.descriptors }, (_, d) => ({ entries: [{ key: 'fixed_window', value: `key-${d}-${i}` }] })),
+              hitsAddend: 0,
+            },
+      ).finish(),
     ),
   );
 }

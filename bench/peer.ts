@@ -8,7 +8,7 @@ import { type RedisNode, startRedis } from '../test/support/redis';
 import { spawnServer, type ServerProcess } from '../test/support/process';
 import { horizontalBars } from './chart';
 import { processCpuSeconds, redisCpuSeconds } from './cpu';
-import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, waitReady } from './fleet';
+import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, runKeysLoad, waitReady } from './fleet';
 
 // envoyproxy/ratelimit (Go) beside sluice, in one run: the same redis-server, the same YAML (fixed
 // window, limits never reached), the same requests (1 and 3 descriptors, one hot key, h2load with
@@ -19,6 +19,8 @@ import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, wait
 export const UPSTREAM_VERSION = 'v1.4.1-0.20260122083618-3fb702589d36';
 export const UPSTREAM_MODULE = 'github.com/envoyproxy/ratelimit/src/service_cmd';
 const ROUNDS = 2;
+// One hot key, and distinct keys: every request touches counters no other request of the row did.
+const KEY_COUNTS = [1, 100_000];
 const PACED_CONNECTIONS = 16;
 
 export const UPSTREAM_MISSING =
@@ -30,6 +32,9 @@ export type PeerServer = 'upstream' | 'upstream, pipeline 150us' | 'sluice, leas
 export interface PeerRow {
   server: PeerServer;
   descriptors: number;
+  // 1: one hot key (every request the same; h2load); more: that many distinct requests in turn
+  // (bench/keys-load.ts), each touching counters no other request of the row touched.
+  keys: number;
   reqPerSec: number;
   p50Ms: number;
   p99Ms: number;
@@ -215,22 +220,30 @@ async function startSluice(name: PeerServer, root: string, redisPort: number, pi
 
 type Measured = Omit<PeerRow, 'rateRatio' | 'cpuRatio' | 'redisRatio' | 'degraded' | 'leaseServed'>;
 
-async function measureRow(t: Running, redis: RedisNode, descriptors: 1 | 3, requests: number): Promise<Measured> {
+// The hot key by h2load; distinct keys by keys-load (a Node client: compare its rows with each other).
+async function load(t: Running, descriptors: 1 | 3, keys: number, requests: number, latencies: boolean): Promise<{ reqPerSec: number; p50Ms: number; p99Ms: number }> {
   const request = peerRequest(descriptors);
-  await runH2load({ port: t.grpcPort, request, requests: Math.min(20_000, requests) }); // warm-up
-  const cpu0 = processCpuSeconds(t.pid);
-  const r0 = await redisCounters(redis);
-  const r = await runH2load({ port: t.grpcPort, request, requests, latencies: true });
-  const cpu1 = processCpuSeconds(t.pid);
-  const r1 = await redisCounters(redis);
+  if (keys > 1) return runKeysLoad({ port: t.grpcPort, requests, descriptors, keys, template: request, label: t.name });
+  const r = await runH2load({ port: t.grpcPort, request, requests, latencies });
   if (r.succeeded !== requests || r.status2xx !== requests) throw new Error(`${t.name}: ${requests - r.succeeded} requests failed:\n${r.output}`);
   const lat = r.latenciesMs ?? [];
+  return { reqPerSec: r.reqPerSec, p50Ms: percentile(lat, 50), p99Ms: percentile(lat, 99) };
+}
+
+async function measureRow(t: Running, redis: RedisNode, descriptors: 1 | 3, keys: number, requests: number): Promise<Measured> {
+  await load(t, descriptors, keys, Math.min(20_000, requests), false); // warm-up
+  const cpu0 = processCpuSeconds(t.pid);
+  const r0 = await redisCounters(redis);
+  const r = await load(t, descriptors, keys, requests, true);
+  const cpu1 = processCpuSeconds(t.pid);
+  const r1 = await redisCounters(redis);
   return {
     server: t.name,
     descriptors,
+    keys,
     reqPerSec: r.reqPerSec,
-    p50Ms: percentile(lat, 50),
-    p99Ms: percentile(lat, 99),
+    p50Ms: r.p50Ms,
+    p99Ms: r.p99Ms,
     serverCpuUsPerReq: ((cpu1 - cpu0) * 1e6) / requests,
     redisCpuUsPerDescriptor: ((r1.cpu - r0.cpu) * 1e6) / (requests * descriptors),
     redisCommandsPerReq: (r1.commands - r0.commands) / requests, // INFO itself excluded by name
@@ -265,24 +278,26 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
     servers.push(await startSluice('sluice, leases off', root, redis.port, pinned, false));
     servers.push(await startSluice('sluice, leases on', root, redis.port, pinned, true));
 
-    // Rounds alternate between the services; the best (highest rate) round of each is kept.
+    // Rounds alternate between the services; the best (highest rate) round of each is kept. The
+    // distinct-key rows send half as many requests (each a key of its own, as in `decisions`).
     const best = new Map<string, Measured>();
-    for (const descriptors of [1, 3] as const) {
+    const shapes = ([1, 3] as const).flatMap((descriptors) => KEY_COUNTS.map((keys) => ({ descriptors, keys })));
+    for (const { descriptors, keys } of shapes) {
       for (let round = 0; round < ROUNDS; round++) {
         for (const t of servers) {
-          const m = await measureRow(t, redis, descriptors, requests);
-          const k = `${t.name}/${descriptors}`;
+          const m = await measureRow(t, redis, descriptors, keys, keys > 1 ? Math.round(requests / 2) : requests);
+          const k = `${t.name}/${descriptors}/${keys}`;
           if (!best.has(k) || best.get(k)!.reqPerSec < m.reqPerSec) best.set(k, m);
         }
       }
     }
 
     const rows: PeerRow[] = [];
-    for (const descriptors of [1, 3]) {
-      const ups = servers.filter((s) => s.name.startsWith('upstream')).map((s) => best.get(`${s.name}/${descriptors}`)!);
+    for (const { descriptors, keys } of shapes) {
+      const ups = servers.filter((s) => s.name.startsWith('upstream')).map((s) => best.get(`${s.name}/${descriptors}/${keys}`)!);
       const ref = ups.reduce((a, b) => (b.reqPerSec > a.reqPerSec ? b : a));
       for (const t of servers) {
-        const m = best.get(`${t.name}/${descriptors}`)!;
+        const m = best.get(`${t.name}/${descriptors}/${keys}`)!;
         rows.push({ ...m, rateRatio: m.reqPerSec / ref.reqPerSec, cpuRatio: m.serverCpuUsPerReq / ref.serverCpuUsPerReq, redisRatio: m.redisCpuUsPerDescriptor / ref.redisCpuUsPerDescriptor });
       }
     }
@@ -290,7 +305,7 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
     // Latency at half upstream's best rate (1 descriptor, hot key), paced (h2load --rps) on 16
     // connections x 1 stream: one stream per connection, so no bursts, and each connection's pace
     // (a request every ~2 ms here) stays above either service's latency.
-    const ref1 = rows.filter((r) => r.descriptors === 1 && r.server.startsWith('upstream')).reduce((a, b) => (b.reqPerSec > a.reqPerSec ? b : a));
+    const ref1 = rows.filter((r) => r.descriptors === 1 && r.keys === 1 && r.server.startsWith('upstream')).reduce((a, b) => (b.reqPerSec > a.reqPerSec ? b : a));
     const perConnection = Math.max(1, Math.round(ref1.reqPerSec / 2 / PACED_CONNECTIONS));
     const halfRate: PeerBench['halfRate'] = [];
     for (const t of servers.filter((s) => s.name === ref1.server || s.name.startsWith('sluice'))) {
@@ -334,12 +349,12 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
 export function peerTable(rows: readonly PeerRow[]): string {
   const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
   const lines = [
-    '| server | descriptors | decisions/s (1 core) | × upstream | p50 ms | p99 ms | server CPU µs/req (× upstream) | Redis CPU µs/descriptor (× upstream) | Redis commands/req (incl. in scripts) | degraded |',
-    '|---|---|---|---|---|---|---|---|---|---|',
+    '| server | descriptors | keys | decisions/s (1 core) | × upstream | p50 ms | p99 ms | server CPU µs/req (× upstream) | Redis CPU µs/descriptor (× upstream) | Redis commands/req (incl. in scripts) | degraded |',
+    '|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const r of rows) {
     lines.push(
-      `| ${r.server} | ${r.descriptors} | ${fmt(r.reqPerSec)} | ${r.rateRatio.toFixed(2)} | ${r.p50Ms.toFixed(2)} | ${r.p99Ms.toFixed(2)} | ${r.serverCpuUsPerReq.toFixed(1)} (${r.cpuRatio.toFixed(2)}×) | ${r.redisCpuUsPerDescriptor.toFixed(2)} (${r.redisRatio.toFixed(2)}×) | ${r.redisCommandsPerReq.toFixed(2)} | ${r.degraded ?? '–'} |`,
+      `| ${r.server} | ${r.descriptors} | ${r.keys === 1 ? 'one hot key' : fmt(r.keys)} | ${fmt(r.reqPerSec)} | ${r.rateRatio.toFixed(2)} | ${r.p50Ms.toFixed(2)} | ${r.p99Ms.toFixed(2)} | ${r.serverCpuUsPerReq.toFixed(1)} (${r.cpuRatio.toFixed(2)}×) | ${r.redisCpuUsPerDescriptor.toFixed(2)} (${r.redisRatio.toFixed(2)}×) | ${r.redisCommandsPerReq.toFixed(2)} | ${r.degraded ?? '–'} |`,
     );
   }
   return lines.join('\n');
@@ -348,18 +363,19 @@ export function peerTable(rows: readonly PeerRow[]): string {
 // Decisions/s per core of each row, with its ratio to upstream, grouped by descriptors.
 export function peerChart(rows: readonly PeerRow[], caption: string): string {
   const colour: Record<PeerServer, string> = { upstream: '#9e9e9e', 'upstream, pipeline 150us': '#bdbdbd', 'sluice, leases off': '#e45756', 'sluice, leases on': '#4c78a8' };
-  const sorted = [...new Set(rows.map((r) => r.descriptors))].flatMap((g) => rows.filter((r) => r.descriptors === g));
+  const group = (r: PeerRow) => `${r.descriptors}/${r.keys}`;
+  const sorted = [...new Set(rows.map(group))].flatMap((g) => rows.filter((r) => group(r) === g));
   return horizontalBars({
     title: 'Decisions/s on one core: sluice beside envoyproxy/ratelimit (same Redis, config and requests)',
     caption,
     left: 270,
     width: 900,
     bars: sorted.map((r, i) => ({
-      label: `${r.server}, ${r.descriptors} descriptor${r.descriptors === 1 ? '' : 's'}`,
+      label: `${r.server}, ${r.descriptors} descriptor${r.descriptors === 1 ? '' : 's'}${r.keys === 1 ? '' : `, ${r.keys.toLocaleString('en-US')} keys`}`,
       value: r.reqPerSec,
       text: `${Math.round(r.reqPerSec).toLocaleString('en-US')}/s (${r.rateRatio.toFixed(2)}× upstream)`,
       colour: colour[r.server],
-      groupStart: i > 0 && sorted[i - 1].descriptors !== r.descriptors,
+      groupStart: i > 0 && group(sorted[i - 1]) !== group(r),
     })),
   });
 }
