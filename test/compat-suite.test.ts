@@ -26,8 +26,8 @@ import { awayFromWindowEdge } from './support/time';
 //   limit_remaining, duration_until_reset, no headers) and its local-cache series;
 // - native: the same, except sluice's documented differences (docs/migrating.md): a request
 //   denied by one descriptor consumes nothing of the others, and OVER_LIMIT carries Retry-After.
-// Not here: per-second limits on their own Redis (REDIS_PERSECOND*, another suite), gRPC
-// certificate reload, TLS to Redis, memcached, xDS (their own suites).
+// Per-second limits on their own Redis run the basic scenario once more (REDIS_PERSECOND*; the
+// split's own edge cases are in test/redis-persecond.test.ts). Not here: gRPC certificate reload, TLS to Redis, memcached, xDS (their own suites).
 
 type Mode = 'upstream' | 'native';
 const MODES: Mode[] = ['upstream', 'native'];
@@ -246,9 +246,10 @@ describe('envoyproxy/ratelimit integration scenarios, COMPAT_MODE=upstream and n
   let authRedis: RedisNode;
   let cluster: Cluster;
   let sentinel: SentinelSet;
+  let perSecond: RedisNode;
 
   before(async () => {
-    [redis, authRedis, cluster, sentinel] = await Promise.all([startRedis(), startRedis({ args: ['--requirepass', 'password123'] }), startCluster(), startSentinelSet()]);
+    [redis, authRedis, cluster, sentinel, perSecond] = await Promise.all([startRedis(), startRedis({ args: ['--requirepass', 'password123'] }), startCluster(), startSentinelSet(), startRedis()]);
   });
   after(() => stopAll());
 
@@ -290,9 +291,18 @@ describe('envoyproxy/ratelimit integration scenarios, COMPAT_MODE=upstream and n
         run({ REDIS_TYPE: 'sentinel', REDIS_URL: `${sentinel.masterName},localhost:${sentinel.sentinel.port}` }, basic({ localCache: false, stopIncrement: false }), async () => [sentinel.primary]));
       test('config reload', () => run(single(), (s) => reloadScenario(s, mode)));
       test('share threshold', () => run(single(), (s) => shareThresholdScenario(s, mode)));
-      // Per-second limits on their own Redis (REDIS_PERSECOND=true, REDIS_PERSECOND_URL): upstream
-      // runs every scenario above with it too. Those runs belong to the REDIS_PERSECOND* work
-      // (another engineer); add them here as `run({ ...single(), REDIS_PERSECOND: 'true', ... })`.
+      test('per-second limits on their own Redis: the same answers; key1 (per second) there, key2 and key3 on the main one', () =>
+        run(
+          { ...single(), REDIS_PERSECOND: 'true', REDIS_PERSECOND_SOCKET_TYPE: 'tcp', REDIS_PERSECOND_URL: `localhost:${perSecond.port}` },
+          async (s) => {
+            await basic({ localCache: false, stopIncrement: false })(s);
+            const counters = async (n: RedisNode) => (await n.cli('KEYS', '*')).split('\n').filter((key) => /key\d/.test(key));
+            const [main, second] = [await counters(redis), await counters(perSecond)];
+            assert.ok(second.length > 0 && second.every((key) => key.includes('key1')), `per-second Redis: ${second.join(', ')}`);
+            assert.ok(main.length > 0 && main.every((key) => /key[23]/.test(key)), `main Redis: ${main.join(', ')}`);
+          },
+          async () => [redis, perSecond],
+        ));
     });
   }
 });
