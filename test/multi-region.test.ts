@@ -254,14 +254,23 @@ describe('multi-region', () => {
       }
       for (const app of apps) await waitReady(app, 20_000);
       await awayFromWindowEdge(3_600_000, 10_000);
-      // Tenants spread over the slots; each gets exactly its limit in one window.
+      // Tenants spread over the slots; each gets exactly its limit in one window. Rounds of twice
+      // the limit at once: a first lease sized before all of a round's demand was seen can leave
+      // some of it for the next round (its refill is under way), never more than the limit.
       const tenants = Array.from({ length: 8 }, (_, i) => `t${i}`);
-      const answers = await Promise.all(
-        tenants.flatMap((t) => Array.from({ length: 2 * 10 }, (_, i) => apps[i % 2].call({ domain: 'mr', descriptors: [d(['tenant', t])], hitsAddend: LIMIT / 10 }))),
-      );
-      const admitted = answers.filter((a) => a.overallCode === 1).length;
-      assert.equal(answers.filter((a) => a.responseHeadersToAdd.some((h) => h.key === 'x-ratelimit-degraded')).length, 0);
-      assert.equal(admitted, tenants.length * 10);
+      const admitted = new Map(tenants.map((t) => [t, 0]));
+      for (let round = 0; round < 10 && tenants.some((t) => admitted.get(t)! < 10); round++) {
+        if (round > 0) await new Promise((r) => setTimeout(r, 300));
+        const answers = await Promise.all(
+          tenants.map(async (t) => {
+            const calls = await Promise.all(Array.from({ length: 2 * 10 }, (_, i) => apps[i % 2].call({ domain: 'mr', descriptors: [d(['tenant', t])], hitsAddend: LIMIT / 10 })));
+            admitted.set(t, admitted.get(t)! + calls.filter((a) => a.overallCode === 1).length);
+            return calls;
+          }),
+        );
+        assert.equal(answers.flat().filter((a) => a.responseHeadersToAdd.some((h) => h.key === 'x-ratelimit-degraded')).length, 0);
+      }
+      assert.deepEqual(Object.fromEntries(admitted), Object.fromEntries(tenants.map((t) => [t, 10])));
     } finally {
       for (const app of apps) await app.stop();
       await Promise.all([regional.stop(), global.stop()]);

@@ -92,7 +92,11 @@ describe('graceful shutdown', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-term-'));
     fs.writeFileSync(path.join(dir, 'ops.yaml'), rules(1000));
     const server = await spawnServer(['--config', dir, '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--store-deadline', '5s', '--fallback-policy', 'deny']);
-    await server.waitForLog((l) => l.event === 'redis_ready');
+    // Ready as a whole (every worker of WORKERS=auto): a worker still starting when Redis freezes
+    // would keep the set NOT_SERVING already, and the SIGTERM would change nothing to see.
+    for (const until = Date.now() + 20_000; (await fetch(`http://127.0.0.1:${server.httpPort}/healthcheck`)).status !== 200; await sleep(20)) {
+      assert.ok(Date.now() < until, 'not ready within 20 s');
+    }
     const client = new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure());
     assert.equal(await limitOf(client), 1000);
     // A frozen Redis keeps these calls in flight until we let it go.
