@@ -1,10 +1,9 @@
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
-import { type RedisNode, startRedis } from '../test/support/redis';
+import { freePort, type RedisNode, startRedis } from '../test/support/redis';
 import { spawnServer, type ServerProcess } from '../test/support/process';
 import { horizontalBars } from './chart';
 import { processCpuSeconds, redisCpuSeconds } from './cpu';
@@ -145,17 +144,6 @@ export function peerRequest(descriptors: 1 | 3): RateLimitRequest {
     { entries: [{ key: 'remote_address', value: '198.51.100.7' }] },
   ];
   return { domain: 'bench', descriptors: all.slice(0, descriptors), hitsAddend: 0 };
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 export async function startUpstream(name: PeerServer, binary: string, root: string, redisPort: number, pinned: boolean, extraEnv: Record<string, string>): Promise<Running> {

@@ -3,6 +3,7 @@ import type https from 'node:https';
 import { isIP } from 'node:net';
 import tls, { type TLSSocket } from 'node:tls';
 import type { Logger } from '../logger';
+import { listenHttp } from './http';
 import type { ServerTls } from './tls';
 
 // GRPC_CLIENT_TLS_SAN as upstream checks it (its gRPC server's VerifyPeerCertificate): the client
@@ -31,14 +32,7 @@ export function listenGrpcCheckingSan(server: grpc.Server, host: string, port: n
   t.onChange(() => front.setSecureContext(t.secureContext()));
   front.on('secureConnection', (socket: TLSSocket) => (t.acceptsPeer(socket) ? injector.injectConnection(socket) : socket.destroy()));
   FRONTS.set(server, front);
-  return new Promise((resolve, reject) => {
-    front.once('error', reject);
-    front.listen(port, host, () => {
-      front.off('error', reject);
-      const address = front.address();
-      resolve(typeof address === 'object' && address !== null ? address.port : port);
-    });
-  });
+  return listenHttp(front, host, port);
 }
 
 // Stops accepting connections; those handed over close with the gRPC server's drain.

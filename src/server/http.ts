@@ -1,6 +1,6 @@
 import http from 'node:http';
 import https from 'node:https';
-import type { Socket } from 'node:net';
+import type { Server, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { dumpConfig } from '../config/dump';
 import type { ConfigHolder } from '../config/holder';
@@ -290,7 +290,8 @@ function acceptPlaintextToo(secure: https.Server, plain: http.Server): void {
   });
 }
 
-export function listenHttp(server: http.Server, host: string, port: number): Promise<number> {
+// Any listener (an HTTP server, or the TLS front of client-san.ts): resolves with the bound port.
+export function listenHttp(server: Server, host: string, port: number): Promise<number> {
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {

@@ -40,12 +40,19 @@ export class OverLimitCacheStage extends Stage {
   override async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
     if (options.countDeniedHits && !this.o.whenCounting) return this.inner.decide(checks, options);
     const now = this.o.clock.now();
-    const cached = checks.map((c) => (c.mode === 'enforce' ? this.cache.deniedUntil(c.key, c.hits, now) : undefined));
-    const denied = cached.flatMap((until, i) => (until === undefined ? [] : [i]));
-    const rest = cached.flatMap((until, i) => (until === undefined ? [i] : []));
-    if (denied.length === 0) return this.decideAndRemember(checks, options);
+    // Most requests find nothing remembered: nothing is allocated for them.
+    let cached: (number | undefined)[] | undefined;
+    for (let i = 0; i < checks.length; i++) {
+      const c = checks[i];
+      const until = c.mode === 'enforce' ? this.cache.deniedUntil(c.key, c.hits, now) : undefined;
+      if (until !== undefined) (cached ??= new Array<number | undefined>(checks.length))[i] = until;
+    }
+    if (cached === undefined) return this.decideAndRemember(checks, options);
+    const remembered = cached;
+    const denied = checks.flatMap((_, i) => (remembered[i] === undefined ? [] : [i]));
+    const rest = checks.flatMap((_, i) => (remembered[i] === undefined ? [i] : []));
     const outcomes: LimitOutcome[] = [];
-    for (const i of denied) outcomes[i] = { ...cachedOutcome(checks[i], cached[i]! - now), fromLocalCache: true };
+    for (const i of denied) outcomes[i] = { ...cachedOutcome(checks[i], remembered[i]! - now), fromLocalCache: true };
     if (rest.length === 0) {
       this.o.events.overLimitCacheHit();
       return { admitted: false, outcomes };
