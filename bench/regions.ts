@@ -1,4 +1,5 @@
 import { barChart } from '../src/svg-chart';
+import { REQUEST_DURATION_BUCKETS } from '../src/server/metrics';
 import { d } from '../test/support/app';
 import { scriptCalls, stopAll } from '../test/support/redis';
 import { type Deployment, type DriveResult, type Overrides, type Sample, drive, percentile, startRegions } from '../test/support/regions';
@@ -29,6 +30,11 @@ const SLOW_MS = 100;
 // a key of its own whose limit is never reached: the tenant's budget and figures are untouched,
 // and every answer takes the request path a tenant's does (the regional allowance, leased).
 const PROBE_PER_S = 20;
+// Each replica one serving process (WORKERS=1), as a pod of one core: four replicas share this
+// machine's two cores with three Redis servers, the proxy and the load generator, and at this
+// scenario's rate (5 to 12 requests a second per replica, and the probe's 20) more processes only wait
+// longer for a core to wake.
+const REPLICA: Overrides = { workers: 1 };
 export const REGION_ALGORITHMS = ['token_bucket', 'fixed_window'] as const;
 type Algorithm = (typeof REGION_ALGORITHMS)[number];
 type PhaseName = 'steady' | 'cut' | 'restored' | 'shift';
@@ -46,6 +52,7 @@ export interface Phase {
 interface Mark {
   scriptCalls: number;
   metrics: string;
+  byRegion: Map<string, string>;
 }
 
 // What h2load measured on one replica of a region, or why it did not run.
@@ -154,7 +161,7 @@ async function runScenario(o: ScenarioOptions): Promise<Run> {
   const phases = phasesOf(o.phases, o.scale);
   // Replicas as processes, as deployed: the latency measured is a replica's, not that of four
   // replicas and the load generator sharing one event loop.
-  const deployment = await startRegions({ regions: [{ name: 'a', replicas: 2 }, { name: 'b', replicas: 2 }], configYaml: configYaml(o.algorithm), delayMs: DELAY_MS, settings: o.settings, processes: true });
+  const deployment = await startRegions({ regions: [{ name: 'a', replicas: 2 }, { name: 'b', replicas: 2 }], configYaml: configYaml(o.algorithm), delayMs: DELAY_MS, settings: { ...REPLICA, ...o.settings }, processes: true });
   try {
     const warmUpMs = WARM_UP_MS + (o.algorithm === 'token_bucket' ? BURST_SPENT_MS : 0);
     // At full scale the measured drive starts on a minute of the epoch, so the fixed window's
@@ -178,16 +185,19 @@ async function runScenario(o: ScenarioOptions): Promise<Run> {
 // no global store. What a decision costs here without any multi-region work: the reference for
 // the steady-state latency above.
 async function baselineLatency(algorithm: Algorithm, scale: number): Promise<string[][]> {
-  const deployment = await startRegions({ regions: [{ name: 'a', replicas: 2 }, { name: 'b', replicas: 2 }], configYaml: configYaml(algorithm), delayMs: 0, global: false, processes: true });
+  const deployment = await startRegions({ regions: [{ name: 'a', replicas: 2 }, { name: 'b', replicas: 2 }], configYaml: configYaml(algorithm), delayMs: 0, global: false, settings: REPLICA, processes: true });
   try {
     await Promise.all([drive({ deployment, durationMs: WARM_UP_MS, ratePerSecond: (region) => rateOf('steady', region), request }), probe(deployment, 1)]);
     const durationMs = Math.max(1, Math.round(60 * scale)) * 1000;
+    const m0 = await mark(deployment);
     const probes = probe(deployment, durationMs / 1000);
     const result = await drive({ deployment, durationMs, ratePerSecond: (region) => rateOf('steady', region), request });
+    const m1 = await mark(deployment);
     const steady: Phase = { name: 'steady', fromS: 0, toS: durationMs / 1000 };
     return [
       ['single-region reference (all four replicas on one local Redis): latency p50 / p99 / max ms, a; b', `${latency(samplesIn(result, steady, 'a'))}; ${latency(samplesIn(result, steady, 'b'))}`],
       ['single-region reference: h2load probe p50 / p99 / max ms, a; b', probeLatency(await probes)],
+      ['single-region reference: decision latency in sluice (server-side histogram)', `${decisionLatency(m0, m1, 'a')}; ${decisionLatency(m0, m1, 'b')}`],
     ];
   } finally {
     await deployment.stop();
@@ -207,9 +217,26 @@ function msUntilMinute(leadMs: number): number {
 }
 
 async function mark(deployment: Deployment): Promise<Mark> {
-  const apps = deployment.regions.flatMap((r) => r.apps);
-  const [calls, ...texts] = await Promise.all([scriptCalls(deployment.global!), ...apps.map(async (app) => (await app.http('/metrics')).text())]);
-  return { scriptCalls: calls, metrics: texts.join('\n') };
+  const [calls, ...texts] = await Promise.all([
+    deployment.global ? scriptCalls(deployment.global) : 0,
+    ...deployment.regions.map(async (r) => (await Promise.all(r.apps.map(async (app) => (await app.http('/metrics')).text()))).join('\n')),
+  ]);
+  return { scriptCalls: calls, metrics: texts.join('\n'), byRegion: new Map(deployment.regions.map((r, i) => [r.name, texts[i]])) };
+}
+
+// Decision latency as the replicas of one region measured it (sluice_request_duration_seconds,
+// gRPC: from the decoded request to the decided answer, every call between the two marks, the
+// probe's and the tenant's). Client-side figures add the load generator's and the kernel's share
+// of two busy cores; this is the time a decision spends in sluice. The histogram keeps buckets,
+// not samples: p99 is stated as the bucket bound it falls under.
+function decisionLatency(from: Mark, to: Mark, region: string): string {
+  const delta = (name: string, labels: Record<string, string>) => metricSum(to.byRegion.get(region) ?? '', name, labels) - metricSum(from.byRegion.get(region) ?? '', name, labels);
+  const count = delta('sluice_request_duration_seconds_count', { transport: 'grpc' });
+  if (count <= 0) return `${region}: no calls`;
+  const within = (le: number) => delta('sluice_request_duration_seconds_bucket', { transport: 'grpc', le: String(le) });
+  const p99 = REQUEST_DURATION_BUCKETS.find((le) => within(le) >= 0.99 * count);
+  const share2ms = (100 * within(0.002)) / count;
+  return `${region}: p99 ≤ ${p99 === undefined ? '> 250' : fmt(p99 * 1000, 2)} ms, ${fmt(share2ms, 2)}% ≤ 2 ms, mean ${fmt((delta('sluice_request_duration_seconds_sum', { transport: 'grpc' }) / count) * 1000, 3)} ms (${fmt(count)} calls)`;
 }
 
 // A metric's growth between two marks, summed over every replica of both regions.
@@ -299,6 +326,7 @@ function steadyFigures(run: Run): string[][] {
     ['steady: latency p50 / p99 / max ms, region a', latency(samplesIn(run.result, steady, 'a'))],
     ['steady: latency p50 / p99 / max ms, region b', latency(samplesIn(run.result, steady, 'b'))],
     [`steady: h2load probe (${PROBE_PER_S}/s, one connection, a key of its own) p50 / p99 / max ms, a; b`, probeLatency(run.probes)],
+    ['steady: decision latency in sluice (server-side histogram)', `${decisionLatency(m0, m1, 'a')}; ${decisionLatency(m0, m1, 'b')}`],
     ['steady: global-store calls per decision', `${fmt(calls / decisions, 4)} (${fmt(calls)} script calls / ${fmt(decisions)} decisions: ${ops}); whole run ${fmt(runCalls / (run.result.totals.sent + probed), 4)}`],
   ];
 }

@@ -3,6 +3,9 @@ import type { DescriptorResult } from '../limiter/limiter';
 import type { OverLimitCacheStats } from '../store/over-limit-cache';
 import { registerUpstreamSeries } from './upstream-series';
 
+// sluice_request_duration_seconds' buckets (s): fine below 2.5 ms, where a decision should be.
+export const REQUEST_DURATION_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25] as const;
+
 // Prometheus metrics on an own registry. Per-rule counters follow envoyproxy/ratelimit's
 // Prometheus mapping (ratelimit_service_rate_limit_<stat>{domain,key1,key2}) so existing dashboards
 // carry over; labels come from the rule's stats key, which holds raw request values only where the
@@ -42,7 +45,7 @@ export class Metrics {
   constructor(options: { defaultMetrics?: boolean; extraTags?: readonly string[] } = {}) {
     const registers = [this.registry];
     this.requests = new Counter({ name: 'sluice_requests_total', help: 'ShouldRateLimit calls by transport and result (OK, OVER_LIMIT, INVALID_ARGUMENT, UNAVAILABLE, INTERNAL)', labelNames: ['transport', 'code'], registers });
-    this.requestDuration = new Histogram({ name: 'sluice_request_duration_seconds', help: 'ShouldRateLimit latency', labelNames: ['transport'], buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25], registers });
+    this.requestDuration = new Histogram({ name: 'sluice_request_duration_seconds', help: 'ShouldRateLimit latency', labelNames: ['transport'], buckets: [...REQUEST_DURATION_BUCKETS], registers });
     this.configLoads = new Counter({ name: 'sluice_config_loads_total', help: 'Config loads by result (success, error)', labelNames: ['result'], registers });
     this.configLoadTimestamp = new Gauge({ name: 'sluice_config_last_load_success_timestamp_seconds', help: 'When the running config was loaded', registers, aggregator: 'max' });
     this.memoryEvictions = new Counter({ name: 'sluice_memory_store_evictions_total', help: 'Live counters evicted from the memory store to make room (none since keys beyond the cap go to the approximate tier; kept for dashboards)', registers });
@@ -56,7 +59,7 @@ export class Metrics {
     this.fleetReplicas = new Gauge({ name: 'sluice_fleet_replicas', help: 'Live replicas registered in Redis (sharing the budget), as last counted', registers, aggregator: 'max' });
     this.overLimitCacheHits = new Counter({ name: 'sluice_over_limit_cache_hits_total', help: 'Requests answered OVER_LIMIT from the over-limit cache, without Redis', registers });
     this.writeBackHits = new Counter({ name: 'sluice_fallback_write_back_hits_total', help: 'Hits admitted by the local fallback and written back to Redis (result: ok, error)', labelNames: ['result'], registers });
-    this.storeDuration = new Histogram({ name: 'sluice_store_duration_seconds', help: 'Redis script calls by operation (decide, peek, refund, absorb, lease, heartbeat) and result (ok, error)', labelNames: ['operation', 'result'], buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1], registers });
+    this.storeDuration = new Histogram({ name: 'sluice_store_duration_seconds', help: 'Redis script calls by operation (decide, peek, refund, absorb, lease, heartbeat) and result (ok, error)', labelNames: ['operation', 'result'], buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1], registers });
     this.leaseUnits = new Counter({ name: 'sluice_lease_units_total', help: 'Units of hot-key leases taken from and returned to Redis', labelNames: ['event'], registers });
     this.leaseServed = new Counter({ name: 'sluice_lease_hits_served_locally_total', help: 'Hits served from leases without a Redis call (released reservations not counted)', registers });
     const keys = this;
