@@ -9,6 +9,7 @@ import { grpcImplBench, grpcImplTable } from './grpc-impl';
 import { capBench, memoryPerKey, microBench } from './micro';
 import { peerBench, peerChart, peerTable } from './peer';
 import { KEY_BYTES, redisMemory } from './redis-memory';
+import { idleLine, idleRoundTrips } from './idle-wake';
 import { regionsBench, regionsChart, regionsScale, regionsTable } from './regions';
 import { tracingBench } from './tracing';
 
@@ -17,7 +18,7 @@ const PEER_CHART = path.resolve(__dirname, '../../docs/peer.svg');
 const REGIONS_CHART = path.resolve(__dirname, '../../docs/multi-region.svg');
 
 // Only the sections named in BENCH_SECTIONS (comma-separated: micro, memory, redis-memory,
-// decisions, fleet, peer, regions, tracing, connections, grpc-impl) run; all by default.
+// decisions, fleet, peer, regions, wake, tracing, connections, grpc-impl) run; all by default.
 function wanted(section: string): boolean {
   const only = process.env.BENCH_SECTIONS;
   return only === undefined || only.split(',').map((s) => s.trim()).includes(section);
@@ -134,6 +135,10 @@ async function main(): Promise<void> {
       for (const p of g.profiles) console.log(`  profile ${p}`);
     }
   }
+  if (wanted('wake') && !wanted('regions')) {
+    console.log('\nOne Redis script round trip from Node, back to back and after idle gaps (bench/idle-wake.ts; also printed by the regions section):');
+    console.log(`  ${idleLine(await idleRoundTrips())}`);
+  }
   if (wanted('regions')) {
     const scale = regionsScale();
     const command = `BENCH_SECTIONS=regions ${scale === 1 ? '' : `REGIONS_BENCH_SCALE=${scale} `}npm run bench`;
@@ -141,6 +146,7 @@ async function main(): Promise<void> {
     console.log(`  ${command}`);
     const r = await regionsBench(scale);
     console.log(regionsTable(r));
+    console.log(`  this machine, one Redis script round trip from Node (bench/idle-wake.ts): ${idleLine(await idleRoundTrips())}`);
     // Only a full-scale run is the figure the docs show.
     if (scale === 1) {
       fs.writeFileSync(REGIONS_CHART, regionsChart(r, `${machine}, node ${process.version}; ${command}, ${new Date().toISOString().slice(0, 10)}`));
