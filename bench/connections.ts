@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { type RedisNode, startRedis } from '../test/support/redis';
 import { spawnServer } from '../test/support/process';
+import { processCpuSeconds } from './cpu';
 import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, waitReady } from './fleet';
 import { goAvailable, peerRequest, pin, type Running, startUpstream, tasksetAvailable, UPSTREAM_MISSING, upstreamBinary, writeConfig } from './peer';
 
@@ -38,7 +39,52 @@ export interface ConnectionsRow {
 export interface ConnectionsBench {
   command: string;
   rows: ConnectionsRow[];
+  setup: SetupRow[];
   notes: string[];
+}
+
+// What a new connection costs a pinned server in CPU: the same SETUP_REQUESTS requests (3
+// descriptors) on 4 connections, then each on a connection of its own (opened, one request, closed
+// by h2load), CONNECTION_PROCESSES h2load processes at once. The difference per connection is the
+// setup and teardown of one HTTP/2 connection: what the first second of a fleet connecting costs.
+const SETUP_REQUESTS = 4000;
+
+export interface SetupRow {
+  server: string;
+  fewMs: number;
+  newMs: number;
+  usPerConnection: number;
+}
+
+async function measureSetup(t: Running, label: string, cpus: string): Promise<SetupRow> {
+  const request = peerRequest(3);
+  await runH2load({ port: t.grpcPort, request, requests: 2000, cpus }); // warm-up
+  const cpu = async (run: () => Promise<unknown>) => {
+    const before = treeCpuSeconds(t.pid);
+    await run();
+    return (treeCpuSeconds(t.pid) - before) * 1000;
+  };
+  const fewMs = await cpu(() => runH2load({ port: t.grpcPort, request, requests: SETUP_REQUESTS, connections: 4, streams: 1, cpus }));
+  const per = SETUP_REQUESTS / CONNECTION_PROCESSES;
+  const newMs = await cpu(() => Promise.all(Array.from({ length: CONNECTION_PROCESSES }, () => runH2load({ port: t.grpcPort, request, requests: per, connections: per, streams: 1, cpus }))));
+  return { server: label, fewMs, newMs, usPerConnection: ((newMs - fewMs) * 1000) / SETUP_REQUESTS };
+}
+
+function treeCpuSeconds(pid: number): number {
+  return [pid, ...childPids(pid)].reduce((sum, p) => {
+    try {
+      return sum + processCpuSeconds(p);
+    } catch {
+      return sum; // exited meanwhile
+    }
+  }, 0);
+}
+
+export function setupTable(rows: readonly SetupRow[]): string {
+  const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
+  const lines = [`| server | CPU ms, ${fmt(SETUP_REQUESTS)} requests on 4 connections | on ${fmt(SETUP_REQUESTS)} new connections | CPU µs per new connection |`, '|---|---|---|---|'];
+  for (const r of rows) lines.push(`| ${r.server} | ${fmt(r.fewMs)} | ${fmt(r.newMs)} | ${fmt(r.usPerConnection)} |`);
+  return lines.join('\n');
 }
 
 // BENCH_CONNECTIONS_SCALE (default 1) scales the connection counts, BENCH_CONNECTIONS_SECONDS
@@ -52,11 +98,14 @@ export function connectionsScale(): { scale: number; seconds: number } {
 }
 
 // Resident memory of a process and its children (a sluice primary's workers), KiB.
-function treeRssKiB(pid: number): number {
+function childPids(pid: number): number[] {
   // ps exits 1 when there is no child.
-  const children = spawnSync('ps', ['-o', 'pid=', '--ppid', String(pid)], { encoding: 'utf8' }).stdout.split('\n').map((s) => Number(s.trim())).filter((n) => n > 0);
+  return spawnSync('ps', ['-o', 'pid=', '--ppid', String(pid)], { encoding: 'utf8' }).stdout.split('\n').map((s) => Number(s.trim())).filter((n) => n > 0);
+}
+
+function treeRssKiB(pid: number): number {
   let kib = 0;
-  for (const p of [pid, ...children]) {
+  for (const p of [pid, ...childPids(pid)]) {
     try {
       kib += Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${p}/status`, 'utf8'))?.[1] ?? 0);
     } catch {
@@ -149,9 +198,18 @@ export async function connectionsBench(): Promise<ConnectionsBench | string> {
   writeConfig(root);
   const notes: string[] = [];
   const rows: ConnectionsRow[] = [];
+  const setup: SetupRow[] = [];
   let command = '';
   try {
     for (const target of targets(root, redis, notes)) {
+      if (target.cpus !== undefined) {
+        const t = await target.start();
+        try {
+          setup.push(await measureSetup(t, target.label, target.cpus));
+        } finally {
+          await t.stop();
+        }
+      }
       for (const n of CONNECTIONS) {
         const t = await target.start();
         try {
@@ -166,7 +224,7 @@ export async function connectionsBench(): Promise<ConnectionsBench | string> {
   } finally {
     await redis.stop();
   }
-  return { command: command.replace(/-d \S+/, '-d <ShouldRateLimit frame, 3 descriptors>').replace(/127\.0\.0\.1:\d+/, '127.0.0.1:<port>'), rows, notes };
+  return { command: command.replace(/-d \S+/, '-d <ShouldRateLimit frame, 3 descriptors>').replace(/127\.0\.0\.1:\d+/, '127.0.0.1:<port>'), rows, setup, notes };
 }
 
 export function connectionsTable(rows: readonly ConnectionsRow[]): string {

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { decisionsChart } from './chart';
-import { connectionsBench, connectionsScale, connectionsTable } from './connections';
+import { connectionsBench, connectionsScale, connectionsTable, setupTable } from './connections';
 import { type DecisionRow, decisionsBench } from './decisions';
 import { fleetBench } from './fleet';
 import { grpcImplBench, grpcImplTable } from './grpc-impl';
@@ -118,6 +118,10 @@ async function main(): Promise<void> {
       console.log(`  ${c.command} (x10)`);
       console.log('');
       console.log(connectionsTable(c.rows));
+      if (c.setup.length > 0) {
+        console.log('\nCPU a new connection costs (pinned rows; the same requests on 4 connections, then each on a new one):\n');
+        console.log(setupTable(c.setup));
+      }
     }
   }
   if (wanted('grpc-impl')) {
