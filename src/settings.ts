@@ -235,7 +235,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'configMaxDescriptors', flag: 'config-max-descriptors', env: ['CONFIG_MAX_DESCRIPTORS'], kind: 'int', def: 100_000, help: 'most descriptors in the whole config, counting each use of a YAML alias; more is a config error' },
   { key: 'shutdownDelayMs', flag: 'shutdown-delay', env: ['SHUTDOWN_DELAY'], kind: 'duration', def: 0, help: 'on SIGTERM, keep serving this long with health NOT_SERVING so load balancers drain' },
   { key: 'drainTimeoutMs', flag: 'drain-timeout', env: ['DRAIN_TIMEOUT'], kind: 'duration', def: 10_000, help: 'on SIGTERM, longest wait for in-flight calls before closing' },
-  { key: 'workers', flag: 'workers', env: ['WORKERS'], kind: 'auto-int', def: 'auto', help: 'serving processes sharing the ports, each on its own core, under one primary that loads config: auto (the cores this process may use, within the container CPU limit; 1 with STORE=memory or USE_PROMETHEUS) or a number; more than 1 needs STORE=redis and no USE_PROMETHEUS' },
+  { key: 'workers', flag: 'workers', env: ['WORKERS'], kind: 'auto-int', def: 'auto', help: 'serving processes sharing the ports, each on its own core, under one primary that loads config: auto (the cores this process may use, within the container CPU limit; 1 with STORE=memory) or a number; more than 1 needs STORE=redis' },
   { key: 'logLevel', flag: 'log-level', env: ['LOG_LEVEL'], kind: 'enum', def: 'info', choices: ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'], help: 'log level; request lines are logged at debug' },
   { key: 'logFormat', flag: 'log-format', env: ['LOG_FORMAT'], kind: 'enum', def: 'json', choices: ['json', 'pretty'], help: "json (one object per line, for log collectors) or pretty (one readable line per event, for a terminal); upstream's `text` means pretty" },
   { key: 'maxDescriptors', flag: 'max-descriptors', env: ['MAX_DESCRIPTORS'], kind: 'int', def: 256, help: 'most descriptors in one request (Envoy sends one per matching rate_limits entry: a handful); more is refused with INVALID_ARGUMENT (HTTP 400) before any counter is touched' },
@@ -464,9 +464,6 @@ export function loadSettings(argv: readonly string[] = [], env: NodeJS.ProcessEn
   // Each worker would keep its own counters and admit the whole limit.
   if (settings.store === 'memory' && typeof settings.workers === 'number' && settings.workers > 1) {
     throw new SettingsError(`WORKERS=${settings.workers} needs STORE=redis: with STORE=memory each worker would keep its own counters and admit the whole limit (use WORKERS=1, or auto, which is 1 with the memory store)`);
-  }
-  if (settings.prometheusEnabled && typeof settings.workers === 'number' && settings.workers > 1) {
-    throw new SettingsError(`WORKERS=${settings.workers} cannot be combined with USE_PROMETHEUS: its listener would count one worker's calls (use WORKERS=1, or auto, which is 1 with USE_PROMETHEUS; /metrics on the HTTP port speaks for every worker)`);
   }
   for (const tag of settings.extraTags) {
     if (!/^[^:]+:.+$/.test(tag)) throw new SettingsError(`EXTRA_TAGS: expected key:value, got '${tag}'`);

@@ -16,7 +16,7 @@ import { defaultSettings, loadSettings } from '../src/settings';
 import { metricSum, waitReady } from '../bench/fleet';
 import { d } from './support/app';
 import { runCli, type ServerProcess, spawnServer } from './support/process';
-import { type RedisNode, startRedis, stopAll } from './support/redis';
+import { freePort, type RedisNode, startRedis, stopAll } from './support/redis';
 import { DAY_MS, awayFromWindowEdge } from './support/time';
 
 // WORKERS=2 on one real Redis: one budget, one set of metrics, one health, config from the primary.
@@ -90,10 +90,14 @@ describe('WORKERS=2 with the Redis store', () => {
   let server: ServerProcess;
   let dir: string;
   let clients: RateLimitServiceClient[] = [];
+  // upstream's metrics listener (USE_PROMETHEUS), which every worker serves for the whole set
+  let listenerPort: number;
   before(async () => {
     redis = await startRedis();
     dir = configDir(LIMIT);
-    server = await spawnServer(['--config', dir, '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--workers', '2', '--drain-timeout', '30s']);
+    listenerPort = await freePort();
+    const listener = { USE_PROMETHEUS: 'true', PROMETHEUS_ADDR: `127.0.0.1:${listenerPort}` };
+    server = await spawnServer(['--config', dir, '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--workers', '2', '--drain-timeout', '30s'], listener);
     await waitReady(server);
     clients = await connectToEveryWorker(server);
   });
@@ -110,11 +114,23 @@ describe('WORKERS=2 with the Redis store', () => {
     assert.deepEqual(server.logs.filter((l) => l.event === 'worker_started').map((l) => l.worker).sort(), [1, 2]);
   });
 
-  test(`${CALLS} concurrent calls over connections to both workers: exactly ${LIMIT} admitted; both workers answered; metrics count each call once`, async () => {
+  test(`${CALLS} concurrent calls over connections to both workers: exactly ${LIMIT} admitted; both workers answered; metrics and the USE_PROMETHEUS listener count each call once`, async () => {
     await awayFromWindowEdge(DAY_MS, 60_000);
     const first = (await get(server.httpPort, '/metrics')).body;
     const before = metricSum(first, 'sluice_requests_total');
     const hitsBefore = metricSum(first, 'ratelimit_service_rate_limit_total_hits', { domain: 'w' });
+    const upstream = async () => {
+      const text = (await get(listenerPort, '/metrics')).body;
+      return {
+        hits: metricSum(text, 'ratelimit_service_rate_limit_total_hits', { domain: 'w', key1: 'k' }),
+        over: metricSum(text, 'ratelimit_service_rate_limit_over_limit', { domain: 'w', key1: 'k' }),
+        calls: metricSum(text, 'ratelimit_service_total_requests', { grpc_method: 'ShouldRateLimit' }),
+        timed: metricSum(text, 'ratelimit_service_response_time_seconds_count', { grpc_method: 'ShouldRateLimit' }),
+        loads: metricSum(text, 'ratelimit_service_config_load_success'),
+      };
+    };
+    const listenerBefore = await upstream();
+    assert.ok(listenerBefore.calls > 0 && listenerBefore.calls === listenerBefore.timed, JSON.stringify(listenerBefore));
     const request = { descriptors: [d(['k', `budget-${Date.now()}`])] };
     const answers = await Promise.all(Array.from({ length: CALLS }, (_, i) => call(clients[i % clients.length], request)));
     assert.equal(answers.filter((a) => a.overallCode === Code.OK).length, LIMIT);
@@ -132,6 +148,12 @@ describe('WORKERS=2 with the Redis store', () => {
       assert.equal(metricSum(text, 'sluice_workers', { state: 'serving' }), 2);
       // Loaded once, by the primary: not once per worker.
       assert.equal(metricSum(text, 'sluice_config_loads_total', { result: 'success' }), 1);
+      // The listener, on a new connection each time (so on either worker), speaks for the set too.
+      const u = await upstream();
+      assert.deepEqual(
+        { hits: u.hits - listenerBefore.hits, over: u.over - listenerBefore.over, calls: u.calls - listenerBefore.calls, timed: u.timed - listenerBefore.timed, loads: u.loads },
+        { hits: CALLS, over: CALLS - LIMIT, calls: CALLS, timed: CALLS, loads: 1 },
+      );
     }
   });
 
@@ -215,10 +237,9 @@ describe('WORKERS=auto: the cores this process may use, within the container CPU
     assert.equal(planWorkers(redis, { cores: 2, cpuLimit: 6 }).count, 2);
     assert.equal(planWorkers(redis, { cores: 8, cpuLimit: 1.5 }).why, 'WORKERS=auto: 8 cores this process may use, container CPU limit 1.5');
   });
-  test('USE_PROMETHEUS: auto is one process, and a number above one is refused', () => {
-    assert.deepEqual(planWorkers({ ...redis, prometheusEnabled: true }, { cores: 4, cpuLimit: undefined }).count, 1);
-    assert.throws(() => loadSettings([], { STORE: 'redis', USE_PROMETHEUS: 'true', WORKERS: '2' }), /WORKERS=2 cannot be combined with USE_PROMETHEUS/);
-    assert.equal(loadSettings([], { STORE: 'redis', USE_PROMETHEUS: 'true', WORKERS: '1' }).workers, 1);
+  test('USE_PROMETHEUS: auto uses every core, and a number is taken (every worker serves the listener for the set)', () => {
+    assert.deepEqual(planWorkers({ ...redis, prometheusEnabled: true }, { cores: 4, cpuLimit: undefined }).count, 4);
+    assert.equal(loadSettings([], { STORE: 'redis', USE_PROMETHEUS: 'true', WORKERS: '2' }).workers, 2);
   });
   test('a number is taken as given', () => {
     assert.deepEqual(planWorkers({ ...redis, workers: 3 }, { cores: 1, cpuLimit: undefined }), { count: 3, why: 'WORKERS=3' });

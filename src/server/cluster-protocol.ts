@@ -3,6 +3,7 @@ import type { CompiledConfig } from '../config/types';
 import { ConfigError } from '../errors';
 import type { Registry } from 'prom-client';
 import type { ServingStatus } from './health';
+import type { UpstreamTallies } from './prometheus-listener';
 
 // Messages between the primary and its workers under WORKERS > 1 (server/workers.ts). The IPC
 // channel uses structured clone ('advanced' serialization), so the compiled config — plain objects,
@@ -21,14 +22,17 @@ export type ToWorker =
   // Why the other workers of the set are not serving ([] when they all are).
   | { type: 'peers'; reasons: string[] }
   | { type: 'collect'; id: number }
-  | { type: 'scraped'; id: number; text: string };
+  | { type: 'scraped'; id: number; text: string }
+  | { type: 'scraped-upstream'; id: number; tallies: UpstreamTallies };
 
 export type ToPrimary =
   | { type: 'hello' }
   | { type: 'health'; status: ServingStatus; reasons: string[] }
   | { type: 'start-failed'; message: string }
   | { type: 'scrape'; id: number }
-  | { type: 'collected'; id: number; metrics: MetricsJson };
+  // USE_PROMETHEUS: the set's tallies for the metrics listener.
+  | { type: 'scrape-upstream'; id: number }
+  | { type: 'collected'; id: number; metrics: MetricsJson; upstream?: UpstreamTallies };
 
 // One process' series, as prom-client's AggregatorRegistry.aggregate() takes them.
 export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;

@@ -3,6 +3,7 @@ import { createLogger } from '../logger';
 import type { Settings } from '../settings';
 import { rejectionFromWire, type ToPrimary, type ToWorker } from './cluster-protocol';
 import { stopOnSignals } from './cluster-signals';
+import { upstreamTallies, type UpstreamTallies } from './prometheus-listener';
 
 // One worker of WORKERS > 1: the whole app (gRPC, HTTP, store, metrics) on the ports the set
 // shares, with its config handed over by the primary (server/workers.ts), which it also asks for
@@ -21,6 +22,7 @@ export async function runWorker(settings: Settings): Promise<void> {
     return;
   }
   const scrapes = new Map<number, (text: string) => void>();
+  const upstreamScrapes = new Map<number, (tallies: UpstreamTallies) => void>();
   let nextScrape = 0;
   app.metrics.scrapeSource = () =>
     new Promise((resolve) => {
@@ -28,16 +30,27 @@ export async function runWorker(settings: Settings): Promise<void> {
       scrapes.set(scrapeId, resolve);
       send({ type: 'scrape', id: scrapeId });
     });
+  if (settings.prometheusEnabled) {
+    app.metrics.upstreamSource = () =>
+      new Promise((resolve) => {
+        const scrapeId = nextScrape++;
+        upstreamScrapes.set(scrapeId, resolve);
+        send({ type: 'scrape-upstream', id: scrapeId });
+      });
+  }
   const firstConfig = new Promise<void>((resolve) => {
     process.on('message', (m: ToWorker) => {
       if (m.type === 'config') {
         applyConfig(app, m);
         resolve();
       } else if (m.type === 'peers') app.health.setPeers(m.reasons);
-      else if (m.type === 'collect') void collect(app, m.id, send);
+      else if (m.type === 'collect') void collect(app, m.id, send, settings.prometheusEnabled);
       else if (m.type === 'scraped') {
         scrapes.get(m.id)?.(m.text);
         scrapes.delete(m.id);
+      } else if (m.type === 'scraped-upstream') {
+        upstreamScrapes.get(m.id)?.(m.tallies);
+        upstreamScrapes.delete(m.id);
       }
     });
   });
@@ -64,6 +77,6 @@ function applyConfig(app: App, m: Extract<ToWorker, { type: 'config' }>): void {
   app.health.setConfigRejected(rejectionFromWire(m.rejection));
 }
 
-async function collect(app: App, id: number, send: (m: ToPrimary) => void): Promise<void> {
-  send({ type: 'collected', id, metrics: await app.metrics.registry.getMetricsAsJSON() });
+async function collect(app: App, id: number, send: (m: ToPrimary) => void, upstream: boolean): Promise<void> {
+  send({ type: 'collected', id, metrics: await app.metrics.registry.getMetricsAsJSON(), upstream: upstream ? await upstreamTallies(app.metrics) : undefined });
 }

@@ -1,6 +1,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { DescriptorResult } from '../limiter/limiter';
 import type { OverLimitCacheStats } from '../store/over-limit-cache';
+import type { UpstreamTallies } from './prometheus-listener';
 import { registerUpstreamSeries } from './upstream-series';
 
 // sluice_request_duration_seconds' buckets (s): fine below 2.5 ms, where a decision should be.
@@ -38,6 +39,8 @@ export class Metrics {
   localCacheSource?: () => OverLimitCacheStats;
   // WORKERS > 1: the whole set's series, gathered by the primary (server/workers.ts).
   scrapeSource?: () => Promise<string>;
+  // Likewise the tallies of the USE_PROMETHEUS listener (server/prometheus-listener.ts).
+  upstreamSource?: () => Promise<UpstreamTallies>;
   private readonly ruleStats: Record<RuleStat, Counter<'domain' | 'key1' | 'key2'>>;
   // Hits per stats key (bounded by the config's rules, see above), by RULE_STATS index.
   private readonly ruleTallies = new Map<string, { labels: { domain: string; key1: string; key2: string }; counts: number[]; localCache: number }>();

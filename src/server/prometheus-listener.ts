@@ -20,11 +20,39 @@ const RESPONSE_TIME = 'ratelimit_server.ShouldRateLimit.response_time';
 // Upstream's timers are in milliseconds; sluice's histogram is in seconds.
 const MS_PER_SECOND = 1000;
 
-interface Observation {
+export interface Observation {
   // Upper bounds and cumulative counts, sum and count.
   buckets: [number, number][];
   sum: number;
   count: number;
+}
+
+// What the listener's upstream-named series are computed from: upstream's statsd names with their
+// totals, and the gRPC response-time histogram. Plain data, so that under WORKERS > 1 every worker
+// sends its own to the primary, which sums them with its own (config loads) for a scrape.
+export interface UpstreamTallies {
+  counters: [string, number][];
+  responseTime: Observation;
+}
+
+export async function upstreamTallies(metrics: Metrics): Promise<UpstreamTallies> {
+  return { counters: [...(await upstreamCounters(metrics))], responseTime: await grpcResponseTime(metrics) };
+}
+
+// Several processes' tallies as one: counters by name, histograms bucket by bucket (every process
+// has the same buckets).
+export function sumTallies(all: readonly UpstreamTallies[]): UpstreamTallies {
+  const counters = new Map<string, number>();
+  const buckets = new Map<number, number>();
+  const responseTime: Observation = { buckets: [], sum: 0, count: 0 };
+  for (const t of all) {
+    for (const [name, n] of t.counters) counters.set(name, (counters.get(name) ?? 0) + n);
+    for (const [le, n] of t.responseTime.buckets) buckets.set(le, (buckets.get(le) ?? 0) + n);
+    responseTime.sum += t.responseTime.sum;
+    responseTime.count += t.responseTime.count;
+  }
+  responseTime.buckets = [...buckets].sort((a, b) => a[0] - b[0]);
+  return { counters: [...counters], responseTime };
 }
 
 interface Family {
@@ -72,8 +100,9 @@ async function exposition(metrics: Metrics, mapper: PromMapper, extra: Record<st
     const mapped = mapper.map(statsdName, type);
     if (mapped !== undefined) addSample(families, mapped, { ...extra, ...mapped.labels }, type, value);
   };
-  for (const [name, total] of await upstreamCounters(metrics)) if (total > 0) add(name, 'counter', total);
-  const responseTime = await grpcResponseTime(metrics);
+  // A worker's tallies are the whole set's, summed by the primary (server/workers.ts).
+  const { counters, responseTime } = await (metrics.upstreamSource?.() ?? upstreamTallies(metrics));
+  for (const [name, total] of counters) if (total > 0) add(name, 'counter', total);
   if (responseTime.count > 0) add(RESPONSE_TIME, 'observer', responseTime);
   let text = '';
   for (const [name, family] of families) text += renderFamily(name, family);

@@ -9,6 +9,9 @@ import type { Settings } from '../settings';
 import { type MetricsJson, rejectionToWire, type ToPrimary, type ToWorker } from './cluster-protocol';
 import { stopOnSignals } from './cluster-signals';
 import { Metrics } from './metrics';
+import { sumTallies, upstreamTallies, type UpstreamTallies } from './prometheus-listener';
+
+type Collected = Extract<ToPrimary, { type: 'collected' }>;
 
 // WORKERS > 1: one primary and N workers (node:cluster). The primary serves nothing: it loads
 // config (files with their watch, SIGHUP, or xDS) and hands the compiled config to every worker,
@@ -42,8 +45,6 @@ export function planWorkers(settings: Settings, probe = { cores: os.availablePar
   if (typeof settings.workers === 'number') return { count: settings.workers, why: `WORKERS=${settings.workers}` };
   // A second worker would keep a second set of counters (settings.ts refuses a number > 1).
   if (settings.store === 'memory') return { count: 1, why: 'WORKERS=auto with STORE=memory: one process holds the counters' };
-  // Its listener maps one process' counters (settings.ts refuses a number > 1).
-  if (settings.prometheusEnabled) return { count: 1, why: "WORKERS=auto with USE_PROMETHEUS: the metrics listener's series come from one process" };
   const { cores, cpuLimit } = probe;
   const count = Math.max(1, Math.min(cores, Math.ceil(cpuLimit ?? cores)));
   const limit = cpuLimit === undefined ? '' : `, container CPU limit ${Number(cpuLimit.toFixed(2))}`;
@@ -131,7 +132,7 @@ class WorkerSet {
   private readonly slots: Slot[];
   private stopping = false;
   private nextCollect = 0;
-  private readonly collecting = new Map<string, (m: MetricsJson) => void>();
+  private readonly collecting = new Map<string, (m: Collected | undefined) => void>();
   private readonly restarts: Counter;
   private readonly perWorker: Gauge<'worker'>;
   private readonly serving: Gauge<'state'>;
@@ -200,8 +201,10 @@ class WorkerSet {
         return this.onFatal(`worker ${slot.id} could not start: ${m.message}`);
       case 'scrape':
         return void this.scrape().then((text) => worker.isConnected() && worker.send({ type: 'scraped', id: m.id, text } satisfies ToWorker));
+      case 'scrape-upstream':
+        return void this.scrapeUpstream().then((tallies) => worker.isConnected() && worker.send({ type: 'scraped-upstream', id: m.id, tallies } satisfies ToWorker));
       case 'collected':
-        this.collecting.get(`${slot.id}:${m.id}`)?.(m.metrics);
+        this.collecting.get(`${slot.id}:${m.id}`)?.(m);
         return;
     }
   }
@@ -235,7 +238,7 @@ class WorkerSet {
   // summed by prom-client's aggregator (gauges that every worker reports alike say how to combine).
   private async scrape(): Promise<string> {
     const live = this.slots.filter((s) => s.worker?.isConnected());
-    const collected = await Promise.all(live.map((s) => this.collect(s)));
+    const collected = (await Promise.all(live.map((s) => this.collect(s)))).map((c) => c?.metrics);
     this.perWorker.reset();
     live.forEach((s, i) => {
       const requests = collected[i]?.find((m) => m.name === 'sluice_requests_total');
@@ -245,12 +248,21 @@ class WorkerSet {
     return AggregatorRegistry.aggregate([own, ...collected.filter((c): c is MetricsJson => c !== undefined)]).metrics();
   }
 
-  private collect(slot: Slot): Promise<MetricsJson | undefined> {
+  // USE_PROMETHEUS: the metrics listener's tallies for the whole set, every live worker's (calls,
+  // hits, response times) and the primary's own (config loads).
+  private async scrapeUpstream(): Promise<UpstreamTallies> {
+    const live = this.slots.filter((s) => s.worker?.isConnected());
+    const collected = await Promise.all(live.map((s) => this.collect(s)));
+    const tallies = collected.map((c) => c?.upstream).filter((t): t is UpstreamTallies => t !== undefined);
+    return sumTallies([await upstreamTallies(this.metrics), ...tallies]);
+  }
+
+  private collect(slot: Slot): Promise<Collected | undefined> {
     const id = this.nextCollect++;
     const key = `${slot.id}:${id}`;
     return new Promise((resolve) => {
       const timer = setTimeout(() => done(undefined), COLLECT_TIMEOUT_MS);
-      const done = (m: MetricsJson | undefined) => {
+      const done = (m: Collected | undefined) => {
         clearTimeout(timer);
         this.collecting.delete(key);
         resolve(m);
