@@ -253,7 +253,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'redisTlsClientCert', flag: 'redis-tls-client-cert', env: ['REDIS_TLS_CLIENT_CERT'], kind: 'string', def: '', help: 'client certificate file (mutual TLS)' },
   { key: 'redisTlsClientKey', flag: 'redis-tls-client-key', env: ['REDIS_TLS_CLIENT_KEY'], kind: 'string', def: '', help: 'client key file (mutual TLS)' },
   { key: 'redisTlsSkipHostnameVerification', flag: 'redis-tls-skip-hostname-verification', env: ['REDIS_TLS_SKIP_HOSTNAME_VERIFICATION'], kind: 'bool', def: false, help: 'accept a certificate for another host name' },
-  { key: 'redisPoolSize', flag: 'redis-pool-size', env: ['REDIS_POOL_SIZE'], kind: 'int', def: 1, help: 'connections per Redis (auto-pipelined; more only help when Redis latency dominates)' },
+  { key: 'redisPoolSize', flag: 'redis-pool-size', env: ['REDIS_POOL_SIZE'], kind: 'int', def: 1, help: 'connections per Redis (pipelined; more only help when Redis latency dominates)' },
   { key: 'redisTimeoutMs', flag: 'redis-timeout', env: ['REDIS_TIMEOUT'], kind: 'duration', def: 1000, help: 'a Redis call unanswered this long opens the breaker at once (the call is not abandoned: its outcome is still counted when Redis answers)' },
   { key: 'redisConnectTimeoutMs', flag: 'redis-connect-timeout', env: ['REDIS_CONNECT_TIMEOUT'], kind: 'duration', def: 2000, help: 'connect timeout; sluice keeps retrying, health says NOT_SERVING meanwhile' },
   { key: 'redisPerSecond', flag: 'redis-persecond', env: ['REDIS_PERSECOND'], kind: 'bool', def: false, help: 'count limits of one second or less (unit: second) on their own Redis, REDIS_PERSECOND_URL, and the others on REDIS_URL, as upstream' },
