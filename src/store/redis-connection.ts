@@ -121,9 +121,10 @@ function tls(s: Settings, forced: boolean): ConnectionOptions | undefined {
 
 // Options every connection shares. No auto-pipelining: the store already sends the decisions of one
 // event-loop turn as one script call (store/redis.ts), and ioredis' per-tick pipeline around that
-// one command cost more than it saved: 116 → 94 µs of server CPU per request with one stream per
-// connection, 53 → 45 µs with 32 (h2load, 3 descriptors, one core). Commands written one by one
-// are still pipelined on the socket (none waits for the reply of another).
+// one command cost more than it saved. Server CPU per request, alternating runs (h2load, 3
+// descriptors, sluice alone on one core): one stream per connection 113–124 µs with it, 93–109
+// without; 32 streams 54–64 against 45–62. Commands written one by one are still pipelined on the
+// socket (none waits for the reply of another).
 //
 // Commands fail at once while disconnected (no offline queue),
 // so a dead Redis costs an error, not a stalled request; reconnection goes on forever in the
