@@ -97,12 +97,13 @@ export function connectionsScale(): { scale: number; seconds: number } {
   return { scale, seconds };
 }
 
-// Resident memory of a process and its children (a sluice primary's workers), KiB.
+// A process' children (a sluice primary's workers).
 function childPids(pid: number): number[] {
   // ps exits 1 when there is no child.
   return spawnSync('ps', ['-o', 'pid=', '--ppid', String(pid)], { encoding: 'utf8' }).stdout.split('\n').map((s) => Number(s.trim())).filter((n) => n > 0);
 }
 
+// Resident memory of a process and its children, KiB.
 function treeRssKiB(pid: number): number {
   let kib = 0;
   for (const p of [pid, ...childPids(pid)]) {
