@@ -22,16 +22,14 @@ export type ToWorker =
   // Why the other workers of the set are not serving ([] when they all are).
   | { type: 'peers'; reasons: string[] }
   | { type: 'collect'; id: number }
-  | { type: 'scraped'; id: number; text: string }
-  | { type: 'scraped-upstream'; id: number; tallies: UpstreamTallies };
+  | { type: 'scraped'; id: number; text: string; tallies?: UpstreamTallies };
 
 export type ToPrimary =
   | { type: 'hello' }
   | { type: 'health'; status: ServingStatus; reasons: string[] }
   | { type: 'start-failed'; message: string }
-  | { type: 'scrape'; id: number }
-  // USE_PROMETHEUS: the set's tallies for the metrics listener.
-  | { type: 'scrape-upstream'; id: number }
+  // `upstream` (USE_PROMETHEUS): the set's tallies for the metrics listener too.
+  | { type: 'scrape'; id: number; upstream: boolean }
   | { type: 'collected'; id: number; metrics: MetricsJson; upstream?: UpstreamTallies };
 
 // One process' series, as prom-client's AggregatorRegistry.aggregate() takes them.

@@ -3,7 +3,8 @@ import { createLogger } from '../logger';
 import type { Settings } from '../settings';
 import { rejectionFromWire, type ToPrimary, type ToWorker } from './cluster-protocol';
 import { stopOnSignals } from './cluster-signals';
-import { upstreamTallies, type UpstreamTallies } from './prometheus-listener';
+import type { SetScrape } from './metrics';
+import { upstreamTallies } from './prometheus-listener';
 
 // One worker of WORKERS > 1: the whole app (gRPC, HTTP, store, metrics) on the ports the set
 // shares, with its config handed over by the primary (server/workers.ts), which it also asks for
@@ -21,23 +22,14 @@ export async function runWorker(settings: Settings): Promise<void> {
     send({ type: 'start-failed', message: (err as Error)?.message ?? String(err) });
     return;
   }
-  const scrapes = new Map<number, (text: string) => void>();
-  const upstreamScrapes = new Map<number, (tallies: UpstreamTallies) => void>();
+  const scrapes = new Map<number, (set: SetScrape) => void>();
   let nextScrape = 0;
-  app.metrics.scrapeSource = () =>
+  app.metrics.setSource = () =>
     new Promise((resolve) => {
       const scrapeId = nextScrape++;
       scrapes.set(scrapeId, resolve);
-      send({ type: 'scrape', id: scrapeId });
+      send({ type: 'scrape', id: scrapeId, upstream: settings.prometheusEnabled });
     });
-  if (settings.prometheusEnabled) {
-    app.metrics.upstreamSource = () =>
-      new Promise((resolve) => {
-        const scrapeId = nextScrape++;
-        upstreamScrapes.set(scrapeId, resolve);
-        send({ type: 'scrape-upstream', id: scrapeId });
-      });
-  }
   const firstConfig = new Promise<void>((resolve) => {
     process.on('message', (m: ToWorker) => {
       if (m.type === 'config') {
@@ -46,11 +38,8 @@ export async function runWorker(settings: Settings): Promise<void> {
       } else if (m.type === 'peers') app.health.setPeers(m.reasons);
       else if (m.type === 'collect') void collect(app, m.id, send, settings.prometheusEnabled);
       else if (m.type === 'scraped') {
-        scrapes.get(m.id)?.(m.text);
+        scrapes.get(m.id)?.({ text: m.text, tallies: m.tallies });
         scrapes.delete(m.id);
-      } else if (m.type === 'scraped-upstream') {
-        upstreamScrapes.get(m.id)?.(m.tallies);
-        upstreamScrapes.delete(m.id);
       }
     });
   });

@@ -7,6 +7,13 @@ import { registerUpstreamSeries } from './upstream-series';
 // sluice_request_duration_seconds' buckets (s): fine below 2.5 ms, where a decision should be.
 export const REQUEST_DURATION_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25] as const;
 
+// What a worker's scrape returns for the whole set: the exposition text, and the listener's
+// tallies when it asked for them.
+export interface SetScrape {
+  text: string;
+  tallies?: UpstreamTallies;
+}
+
 // Prometheus metrics on an own registry. Per-rule counters follow envoyproxy/ratelimit's
 // Prometheus mapping (ratelimit_service_rate_limit_<stat>{domain,key1,key2}) so existing dashboards
 // carry over; labels come from the rule's stats key, which holds raw request values only where the
@@ -37,10 +44,9 @@ export class Metrics {
   memoryKeysSource?: () => number;
   // The over-limit cache's lookups (Redis store only), read when scraped.
   localCacheSource?: () => OverLimitCacheStats;
-  // WORKERS > 1: the whole set's series, gathered by the primary (server/workers.ts).
-  scrapeSource?: () => Promise<string>;
-  // Likewise the tallies of the USE_PROMETHEUS listener (server/prometheus-listener.ts).
-  upstreamSource?: () => Promise<UpstreamTallies>;
+  // WORKERS > 1: the whole set's series, and with USE_PROMETHEUS the listener's tallies
+  // (server/prometheus-listener.ts), gathered by the primary in one collection (server/workers.ts).
+  setSource?: () => Promise<SetScrape>;
   private readonly ruleStats: Record<RuleStat, Counter<'domain' | 'key1' | 'key2'>>;
   // Hits per stats key (bounded by the config's rules, see above), by RULE_STATS index.
   private readonly ruleTallies = new Map<string, { labels: { domain: string; key1: string; key2: string }; counts: number[]; localCache: number }>();
@@ -121,7 +127,7 @@ export class Metrics {
 
   // What GET /metrics answers: this process' series, or the whole set's under WORKERS > 1.
   scrape(): Promise<string> {
-    return this.scrapeSource?.() ?? this.registry.metrics();
+    return this.setSource === undefined ? this.registry.metrics() : this.setSource().then((set) => set.text);
   }
 
   // Hits per rule since start, by stats key, for sinks other than Prometheus (statsd.ts).

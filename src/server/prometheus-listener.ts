@@ -100,13 +100,14 @@ async function exposition(metrics: Metrics, mapper: PromMapper, extra: Record<st
     const mapped = mapper.map(statsdName, type);
     if (mapped !== undefined) addSample(families, mapped, { ...extra, ...mapped.labels }, type, value);
   };
-  // A worker's tallies are the whole set's, summed by the primary (server/workers.ts).
-  const { counters, responseTime } = await (metrics.upstreamSource?.() ?? upstreamTallies(metrics));
+  // A worker asks the primary once for the whole set's series and tallies (server/workers.ts).
+  const set = await metrics.setSource?.();
+  const { counters, responseTime } = set?.tallies ?? (await upstreamTallies(metrics));
   for (const [name, total] of counters) if (total > 0) add(name, 'counter', total);
   if (responseTime.count > 0) add(RESPONSE_TIME, 'observer', responseTime);
   let text = '';
   for (const [name, family] of families) text += renderFamily(name, family);
-  return text + ownSeries(await metrics.scrape(), families);
+  return text + ownSeries(set?.text ?? (await metrics.registry.metrics()), families);
 }
 
 // statsd_exporter's registry: a name keeps the type it was first seen with (an event of another type

@@ -8,7 +8,7 @@ import type { Logger } from '../logger';
 import type { Settings } from '../settings';
 import { type MetricsJson, rejectionToWire, type ToPrimary, type ToWorker } from './cluster-protocol';
 import { stopOnSignals } from './cluster-signals';
-import { Metrics } from './metrics';
+import { Metrics, type SetScrape } from './metrics';
 import { sumTallies, upstreamTallies, type UpstreamTallies } from './prometheus-listener';
 
 type Collected = Extract<ToPrimary, { type: 'collected' }>;
@@ -200,9 +200,7 @@ class WorkerSet {
       case 'start-failed':
         return this.onFatal(`worker ${slot.id} could not start: ${m.message}`);
       case 'scrape':
-        return void this.scrape().then((text) => worker.isConnected() && worker.send({ type: 'scraped', id: m.id, text } satisfies ToWorker));
-      case 'scrape-upstream':
-        return void this.scrapeUpstream().then((tallies) => worker.isConnected() && worker.send({ type: 'scraped-upstream', id: m.id, tallies } satisfies ToWorker));
+        return void this.scrape(m.upstream).then((set) => worker.isConnected() && worker.send({ type: 'scraped', id: m.id, ...set } satisfies ToWorker));
       case 'collected':
         this.collecting.get(`${slot.id}:${m.id}`)?.(m);
         return;
@@ -236,25 +234,22 @@ class WorkerSet {
 
   // The whole set's series: every live worker's and the primary's own (config loads, restarts),
   // summed by prom-client's aggregator (gauges that every worker reports alike say how to combine).
-  private async scrape(): Promise<string> {
+  // With `upstream` (USE_PROMETHEUS) also the metrics listener's tallies from the same collection:
+  // every worker's (calls, hits, response times) and the primary's own (config loads).
+  private async scrape(upstream: boolean): Promise<SetScrape> {
     const live = this.slots.filter((s) => s.worker?.isConnected());
-    const collected = (await Promise.all(live.map((s) => this.collect(s)))).map((c) => c?.metrics);
+    const collected = await Promise.all(live.map((s) => this.collect(s)));
+    const series = collected.map((c) => c?.metrics);
     this.perWorker.reset();
     live.forEach((s, i) => {
-      const requests = collected[i]?.find((m) => m.name === 'sluice_requests_total');
+      const requests = series[i]?.find((m) => m.name === 'sluice_requests_total');
       if (requests !== undefined) this.perWorker.set({ worker: String(s.id) }, requests.values.reduce((sum, v) => sum + v.value, 0));
     });
     const own = await this.metrics.registry.getMetricsAsJSON();
-    return AggregatorRegistry.aggregate([own, ...collected.filter((c): c is MetricsJson => c !== undefined)]).metrics();
-  }
-
-  // USE_PROMETHEUS: the metrics listener's tallies for the whole set, every live worker's (calls,
-  // hits, response times) and the primary's own (config loads).
-  private async scrapeUpstream(): Promise<UpstreamTallies> {
-    const live = this.slots.filter((s) => s.worker?.isConnected());
-    const collected = await Promise.all(live.map((s) => this.collect(s)));
+    const text = await AggregatorRegistry.aggregate([own, ...series.filter((c): c is MetricsJson => c !== undefined)]).metrics();
+    if (!upstream) return { text };
     const tallies = collected.map((c) => c?.upstream).filter((t): t is UpstreamTallies => t !== undefined);
-    return sumTallies([await upstreamTallies(this.metrics), ...tallies]);
+    return { text, tallies: sumTallies([await upstreamTallies(this.metrics), ...tallies]) };
   }
 
   private collect(slot: Slot): Promise<Collected | undefined> {
