@@ -57,6 +57,13 @@ function fixed.decide(state, s, hits, now)
   return allowed, retry, { start, count + hits }
 end
 
+-- A window's key lives until its window is of no more use (ttl), the same instant for every write
+-- within the window: such a write keeps the key's expiry (SET KEEPTTL), which costs Redis less
+-- than setting it again. `before` is the state the write replaces (nil: none).
+function fixed.same_expiry(before, nxt)
+  return before ~= nil and before[1] == nxt[1]
+end
+
 function fixed.ttl(state, s, now)
   return math.max(1, state[1] + s.period - now)
 end
@@ -124,6 +131,8 @@ function sliding.decide(state, s, hits, now)
   if not allowed then retry = sliding_retry(start, curr, prev, s, hits, now) end
   return allowed, retry, { start, curr + hits, prev }
 end
+
+sliding.same_expiry = fixed.same_expiry
 
 function sliding.ttl(state, s, now)
   return math.max(1, state[1] + 2 * s.period - now)
@@ -326,7 +335,14 @@ local function encode_number(x)
 end
 
 local function encode_state(state)
-  if #state == 2 then return encode_number(state[1]) .. ':' .. encode_number(state[2]) end
+  if #state == 2 then
+    -- Windows' states are two whole numbers: one format costs Redis less than two and a join.
+    local a, b = state[1], state[2]
+    if a == math.floor(a) and b == math.floor(b) and a > -1e15 and a < 1e15 and b > -1e15 and b < 1e15 then
+      return string.format('%d:%d', a, b)
+    end
+    return encode_number(a) .. ':' .. encode_number(b)
+  end
   local parts = {}
   for i = 1, #state do parts[i] = encode_number(state[i]) end
   return table.concat(parts, ':')
@@ -336,7 +352,7 @@ end
 -- (keys.ts upstreamKey), and the value is the count alone, an integer that upstream's replicas
 -- INCRBY on the same Redis. Decided as a fixed window whose window is the current one.
 local fixed_upstream = {
-  view = fixed.view, decide = fixed.decide, ttl = fixed.ttl,
+  view = fixed.view, decide = fixed.decide, ttl = fixed.ttl, same_expiry = fixed.same_expiry,
   refund = fixed.refund, absorb = fixed.absorb, restore = fixed.restore,
 }
 
@@ -423,6 +439,24 @@ function pool.encode(state)
 end
 
 ALGORITHMS.pool = pool
+
+-- A limit's spec from its text "algorithm:limit:period ms:burst:mode" (decide.lua), parsed once
+-- per text while the library stays loaded (Redis Functions; with EVALSHA every call starts
+-- afresh): a config has a few specs, and parsing one per limit and request cost Redis a fifth of
+-- a decision. Request-side limit overrides can make more, so the cache is dropped when full.
+local SPECS, spec_count = {}, 0
+
+local function spec_of(text)
+  local s = SPECS[text]
+  if s ~= nil then return s end
+  local alg, limit, period, burst, mode = string.match(text, '^([^:]+):([^:]+):([^:]+):([^:]+):([^:]+)$')
+  s = { alg = alg, limit = tonumber(limit), period = tonumber(period), burst = tonumber(burst), mode = mode }
+  if ALGORITHMS[alg] == nil or s.limit == nil or s.period == nil or s.burst == nil then error('not a limit spec: ' .. text) end
+  if spec_count >= 10000 then SPECS, spec_count = {}, 0 end
+  SPECS[text] = s
+  spec_count = spec_count + 1
+  return s
+end
 
 -- A counter's state from what GET returned (nil: none), and back, as `impl` stores it.
 local function decode_for(impl, raw, s, now)

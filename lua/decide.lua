@@ -17,8 +17,8 @@ ARGV[3]  "request": apply the whole-request rule (denied if an enforced limit sa
          consumed groups took (refund.lua) when the request is denied. "peek": decide as
          "request" but write nothing (the explain endpoint).
 ARGV[4]  number of requests
-then per request: its number of limits n, then per limit: algorithm, limit, period ms, burst,
-         hits, mode (enforce | shadow | quota)
+then per request: its number of limits n, then per limit: its spec "algorithm:limit:period
+         ms:burst:mode" (mode enforce | shadow | quota; one text, parsed once: see spec_of), hits
 
 Returns { now (Redis time in whole microseconds; with an explicit test time, that time in ms as a
 string), then per request: admitted (1|0), then per limit: flags (1 allowed + 2 consumed), the
@@ -34,33 +34,63 @@ local now, now_reply = clock(ARGV[2])
 local scope = ARGV[3]
 local write = scope ~= 'peek'
 local out = { now_reply }
-local specs, nexts, raws, allowed, payloads, ttls = {}, {}, {}, {}, {}, {}
+local specs, nexts, raws, allowed, payloads, ttls, befores, unsure = {}, {}, {}, {}, {}, {}, {}, {}
 
--- One request: its n limits are KEYS[k + 1 ..] and ARGV[a ..] (6 fields each). Appends its answer
+-- The counters of a request's n limits, KEYS[k + 1 ..], as stored (false: none). One MGET reads
+-- them all: each redis.call costs Redis about what deciding a limit does. But MGET reads a key of
+-- another type as missing, so a missing one is `unsure`: peek reads it again with GET, which fails
+-- on another type (WRONGTYPE); a write creates it with NX (see decide_request). unpack's stack
+-- bounds one MGET.
+local function read_counters(n, k)
+  local stored
+  if n == 1 or n > 1000 then
+    stored = {}
+    for i = 1, n do
+      stored[i] = redis.call('GET', KEYS[k + i])
+      unsure[i] = false
+    end
+    return stored
+  end
+  stored = redis.call('MGET', unpack(KEYS, k + 1, k + n))
+  for i = 1, n do
+    unsure[i] = false
+    if not stored[i] then
+      if write then unsure[i] = true else stored[i] = redis.call('GET', KEYS[k + i]) end
+    end
+  end
+  return stored
+end
+
+-- One request: its n limits are KEYS[k + 1 ..] and ARGV[a ..] (2 fields each). Appends its answer
 -- to `out`. Everything that can fail (a key of another type, a bad number) fails before the first
--- write, so a request that fails wrote nothing.
+-- write or undoes what it wrote, so a request that fails wrote nothing.
 local function decide_request(n, a, k)
+  local stored = read_counters(n, k)
   -- Limits of one request that share a key see each other's hits, in request order.
   local working = nil
   if n > 1 then working = {} end
   local admitted = true
   local quota_total, quota_denied = 0, 0
   for i = 1, n do
-    local b = a + 6 * (i - 1)
+    local b = a + 2 * (i - 1)
     local key = KEYS[k + i]
-    local s = { alg = ARGV[b], limit = tonumber(ARGV[b + 1]), period = tonumber(ARGV[b + 2]), burst = tonumber(ARGV[b + 3]) }
+    local s = spec_of(ARGV[b])
     local impl = ALGORITHMS[s.alg]
     local state, raw
     if working ~= nil and working[key] ~= nil then
       state = working[key]
       raw = encode_for(impl, state)
+      -- An earlier limit of this request writes the key first (NX when it was missing).
+      unsure[i] = false
     else
-      raw = redis.call('GET', key)
+      raw = stored[i]
       state = decode_for(impl, raw, s, now)
     end
-    local ok, _, nxt = impl.decide(state, s, tonumber(ARGV[b + 4]), now)
-    specs[i], nexts[i], raws[i], allowed[i] = s, nxt, raw, ok
-    local mode = ARGV[b + 5]
+    local hits = tonumber(ARGV[b + 1])
+    if hits == nil then error('not a number of hits: ' .. tostring(ARGV[b + 1])) end
+    local ok, _, nxt = impl.decide(state, s, hits, now)
+    specs[i], nexts[i], raws[i], allowed[i], befores[i] = s, nxt, raw, ok, state
+    local mode = s.mode
     if mode == 'enforce' then
       if not ok then admitted = false end
     elseif mode == 'quota' then
@@ -78,16 +108,35 @@ local function decide_request(n, a, k)
       local s = specs[i]
       local impl = ALGORITHMS[s.alg]
       payloads[i] = encode_for(impl, nxt)
-      ttls[i] = state_ttl(impl, nxt, s, now)
+      -- false: the key keeps its expiry (see same_expiry).
+      ttls[i] = false
+      if impl.same_expiry == nil or not impl.same_expiry(befores[i], nxt) then ttls[i] = state_ttl(impl, nxt, s, now) end
     end
   end
   out[#out + 1] = admitted and 1 or 0
+  -- Counters MGET found missing are created first, with NX, which refuses to replace a key of
+  -- another type: the request then fails, and the counters it created are deleted again, so that
+  -- it wrote nothing.
+  for i = 1, n do
+    if payloads[i] and unsure[i] and not redis.call('SET', KEYS[k + i], payloads[i], 'PX', ttls[i], 'NX') then
+      for j = 1, i - 1 do
+        if payloads[j] and unsure[j] then redis.call('DEL', KEYS[k + j]) end
+      end
+      error({ err = 'WRONGTYPE ' .. KEYS[k + i] .. ' holds a value of another type than a counter' })
+    end
+  end
   for i = 1, n do
     local flags = 0
     if allowed[i] then flags = 1 end
     if payloads[i] then
       flags = flags + 2
-      redis.call('SET', KEYS[k + i], payloads[i], 'PX', ttls[i])
+      if unsure[i] then
+        -- Created above.
+      elseif ttls[i] then
+        redis.call('SET', KEYS[k + i], payloads[i], 'PX', ttls[i])
+      else
+        redis.call('SET', KEYS[k + i], payloads[i], 'KEEPTTL')
+      end
     end
     out[#out + 1] = flags
     out[#out + 1] = raws[i] or false
@@ -108,7 +157,7 @@ for _ = 1, tonumber(ARGV[4]) do
     if type(err) == 'table' then err = err.err end
     out[#out + 1] = tostring(err)
   end
-  a = a + 1 + 6 * n
+  a = a + 1 + 2 * n
   k = k + n
 end
 return out

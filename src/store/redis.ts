@@ -234,7 +234,7 @@ export class RedisStore implements Store, SharedOps {
       for (const i of r.idx) {
         const c = r.all[i];
         keys.push(c.key);
-        argv.push(luaAlgorithm(c), c.limit, c.periodMs, c.burst, c.hits, c.mode);
+        argv.push(`${luaAlgorithm(c)}:${c.limit}:${c.periodMs}:${c.burst}:${c.mode}`, c.hits);
       }
     }
     const n = keys.length;
