@@ -2,6 +2,7 @@ import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_pr
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import readline from 'node:readline';
 import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { freePort, type RedisNode, startRedis } from '../test/support/redis';
 import { spawnServer, type ServerProcess } from '../test/support/process';
@@ -13,6 +14,7 @@ import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, runK
 // window, limits never reached), the same requests (1 and 3 descriptors, one hot key, h2load with
 // grpc-timeout 1S), each service pinned to one core (taskset -c 1; GOMAXPROCS=1 for Go), Redis and
 // h2load on the other core, rounds alternating between the services; the best round of each is kept.
+// An empty handler on sluice's own gRPC server runs beside them: the ceiling of sluice's rows.
 // Upstream is installed once, pinned, with `go install` into a cache directory (never committed).
 
 export const UPSTREAM_VERSION = 'v1.4.1-0.20260122083618-3fb702589d36';
@@ -26,7 +28,11 @@ export const UPSTREAM_MISSING =
   `Go not found (go version): install Go (https://go.dev/dl/, or apt-get install golang-go) and rerun; ` +
   `the section then runs GOBIN=<cache> go install ${UPSTREAM_MODULE}@${UPSTREAM_VERSION} once`;
 
-export type PeerServer = 'upstream' | 'upstream, pipeline 150us' | 'sluice, leases off' | 'sluice, leases on';
+// The empty handler: sluice's own gRPC server answering a fixed OK (bench/empty-server.ts h2grpc),
+// what any sluice row costs before it decides anything: its ceiling.
+export const EMPTY_HANDLER = "empty handler, sluice's gRPC server";
+
+export type PeerServer = 'upstream' | 'upstream, pipeline 150us' | 'sluice, leases off' | 'sluice, leases on' | typeof EMPTY_HANDLER;
 
 export interface PeerRow {
   server: PeerServer;
@@ -206,6 +212,23 @@ async function startSluice(name: PeerServer, root: string, redisPort: number, pi
   return { name, grpcPort: server.grpcPort, pid: server.child.pid!, metricsUrl: `http://127.0.0.1:${server.httpPort}/metrics`, stop: () => server.stop() };
 }
 
+async function startEmpty(pinned: boolean): Promise<Running> {
+  const script = path.join(__dirname, 'empty-server.js');
+  const [cmd, args] = pinned ? ['taskset', ['-c', '1', process.execPath, script, 'h2grpc']] : [process.execPath, [script, 'h2grpc']];
+  const child: ChildProcess = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  const port = await new Promise<number>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', (code) => reject(new Error(`${EMPTY_HANDLER} exited with ${code}`)));
+    readline.createInterface({ input: child.stdout! }).once('line', (line) => resolve(Number(line)));
+  });
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+    await exited;
+  };
+  return { name: EMPTY_HANDLER, grpcPort: port, pid: child.pid!, stop };
+}
+
 type Measured = Omit<PeerRow, 'rateRatio' | 'cpuRatio' | 'redisRatio' | 'degraded' | 'leaseServed'>;
 
 // The hot key by h2load; distinct keys by keys-load (a Node client: compare its rows with each other).
@@ -265,6 +288,7 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
     servers.push(await startUpstream('upstream, pipeline 150us', binary, root, redis.port, pinned, { REDIS_PIPELINE_WINDOW: '150us' }));
     servers.push(await startSluice('sluice, leases off', root, redis.port, pinned, false));
     servers.push(await startSluice('sluice, leases on', root, redis.port, pinned, true));
+    servers.push(await startEmpty(pinned));
 
     // Rounds alternate between the services; the best (highest rate) round of each is kept. The
     // distinct-key rows send half as many requests (each a key of its own, as in `decisions`).
@@ -323,6 +347,7 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
         "h2load -n N -c 4 -m 32 -t 1 -d <request> -H 'content-type: application/grpc' -H 'te: trailers' -H 'grpc-timeout: 1S' --log-file <latencies>",
         `upstream: GOMAXPROCS=1 USE_STATSD=false BACKEND_TYPE=redis REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:<port> RUNTIME_ROOT=<dir> RUNTIME_SUBDIRECTORY=bench RUNTIME_WATCH_ROOT=false LOG_LEVEL=warn [REDIS_PIPELINE_WINDOW=150us] ${pinned ? 'taskset -c 1 ' : ''}service_cmd`,
         `sluice: node dist/src/main.js serve --config <dir>/bench/config --store redis --redis-url 127.0.0.1:<port> [--lease-auto-threshold 0]${pinned ? ' (then taskset -a -p -c 1 <pid>)' : ''}`,
+        `${EMPTY_HANDLER}: ${pinned ? 'taskset -c 1 ' : ''}node dist/bench/empty-server.js h2grpc`,
       ],
     };
   } finally {
@@ -342,7 +367,7 @@ export function peerTable(rows: readonly PeerRow[]): string {
   ];
   for (const r of rows) {
     lines.push(
-      `| ${r.server} | ${r.descriptors} | ${r.keys === 1 ? 'one hot key' : fmt(r.keys)} | ${fmt(r.reqPerSec)} | ${r.rateRatio.toFixed(2)} | ${r.p50Ms.toFixed(2)} | ${r.p99Ms.toFixed(2)} | ${r.serverCpuUsPerReq.toFixed(1)} (${r.cpuRatio.toFixed(2)}×) | ${r.redisCpuUsPerDescriptor.toFixed(2)} (${r.redisRatio.toFixed(2)}×) | ${r.redisCommandsPerReq.toFixed(2)} | ${r.degraded ?? '–'} |`,
+      `| ${r.server} | ${r.descriptors} | ${r.keys === 1 ? 'one hot key' : fmt(r.keys)} | ${fmt(r.reqPerSec)} | ${r.rateRatio.toFixed(2)} | ${r.p50Ms.toFixed(2)} | ${r.p99Ms.toFixed(2)} | ${r.serverCpuUsPerReq.toFixed(1)} (${r.cpuRatio.toFixed(2)}×) | ${r.server === EMPTY_HANDLER ? '–' : `${r.redisCpuUsPerDescriptor.toFixed(2)} (${r.redisRatio.toFixed(2)}×)`} | ${r.server === EMPTY_HANDLER ? '–' : r.redisCommandsPerReq.toFixed(2)} | ${r.degraded ?? '–'} |`,
     );
   }
   return lines.join('\n');
@@ -350,14 +375,14 @@ export function peerTable(rows: readonly PeerRow[]): string {
 
 // Decisions/s per core of each row, with its ratio to upstream, grouped by descriptors.
 export function peerChart(rows: readonly PeerRow[], caption: string): string {
-  const colour: Record<PeerServer, string> = { upstream: '#9e9e9e', 'upstream, pipeline 150us': '#bdbdbd', 'sluice, leases off': '#e45756', 'sluice, leases on': '#4c78a8' };
+  const colour: Record<PeerServer, string> = { upstream: '#9e9e9e', 'upstream, pipeline 150us': '#bdbdbd', 'sluice, leases off': '#e45756', 'sluice, leases on': '#4c78a8', [EMPTY_HANDLER]: '#f2cf5b' };
   const group = (r: PeerRow) => `${r.descriptors}/${r.keys}`;
   const sorted = [...new Set(rows.map(group))].flatMap((g) => rows.filter((r) => group(r) === g));
   return horizontalBars({
     title: 'Decisions/s on one core: sluice beside envoyproxy/ratelimit (same Redis, config and requests)',
     caption,
-    left: 270,
-    width: 900,
+    left: 380,
+    width: 1000,
     bars: sorted.map((r, i) => ({
       label: `${r.server}, ${r.descriptors} descriptor${r.descriptors === 1 ? '' : 's'}${r.keys === 1 ? '' : `, ${r.keys.toLocaleString('en-US')} keys`}`,
       value: r.reqPerSec,

@@ -572,8 +572,11 @@ function implFor(spec: LimitSpec): AlgorithmImpl {
 // names its window).
 function decodeState(raw: unknown, spec?: LimitSpec, nowMs = 0): State | undefined {
   if (raw === null || raw === undefined) return undefined;
-  const text = String(raw);
-  if (spec?.layout === 'upstream' && !text.includes(':')) return [windowStart(nowMs, spec.periodMs), Number(text)];
+  const text = typeof raw === 'string' ? raw : String(raw);
+  const colon = text.indexOf(':');
+  if (colon < 0) return spec?.layout === 'upstream' ? [windowStart(nowMs, spec.periodMs), Number(text)] : [Number(text)];
+  // Windows' two numbers (most states) without split's array of strings: once per limit and answer.
+  if (text.indexOf(':', colon + 1) < 0) return [Number(text.slice(0, colon)), Number(text.slice(colon + 1))];
   return text.split(':').map(Number);
 }
 
