@@ -381,8 +381,8 @@ export function peerChart(rows: readonly PeerRow[], caption: string): string {
   return horizontalBars({
     title: 'Decisions/s on one core: sluice beside envoyproxy/ratelimit (same Redis, config and requests)',
     caption,
-    left: 380,
-    width: 1000,
+    left: 420,
+    width: 1100,
     bars: sorted.map((r, i) => ({
       label: `${r.server}, ${r.descriptors} descriptor${r.descriptors === 1 ? '' : 's'}${r.keys === 1 ? '' : `, ${r.keys.toLocaleString('en-US')} keys`}`,
       value: r.reqPerSec,
