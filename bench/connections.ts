@@ -6,7 +6,7 @@ import { type RedisNode, startRedis } from '../test/support/redis';
 import { spawnServer } from '../test/support/process';
 import { processCpuSeconds } from './cpu';
 import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, waitReady } from './fleet';
-import { goAvailable, peerRequest, pin, type Running, startUpstream, tasksetAvailable, UPSTREAM_MISSING, upstreamBinary, writeConfig } from './peer';
+import { EMPTY_HANDLER, goAvailable, peerRequest, pin, type Running, startEmpty, startUpstream, tasksetAvailable, UPSTREAM_MISSING, upstreamBinary, writeConfig } from './peer';
 
 // A fleet of Envoys in front of one replica: many connections, each sending 1 request a second
 // (`BENCH_SECTIONS=connections npm run bench`). Every client holds its own HTTP/2 connection with
@@ -171,6 +171,8 @@ interface Target {
   start: () => Promise<Running>;
   // h2load's CPUs when the server is pinned to core 1.
   cpus?: string;
+  // Only the cost of a new connection (the empty handler: the floor under sluice's row).
+  setupOnly?: boolean;
 }
 
 function targets(root: string, redis: RedisNode, notes: string[]): Target[] {
@@ -178,6 +180,7 @@ function targets(root: string, redis: RedisNode, notes: string[]): Target[] {
   if (!pinned) notes.push('taskset or a second core missing: the pinned rows are left out');
   const list: Target[] = [];
   if (pinned) list.push({ label: 'sluice, 1 core (WORKERS=1)', start: () => startSluice(root, redis.port, true), cpus: '0' });
+  if (pinned) list.push({ label: EMPTY_HANDLER, start: () => startEmpty(true), cpus: '0', setupOnly: true });
   list.push({ label: `sluice, as deployed (WORKERS=auto: ${os.availableParallelism()})`, start: () => startSluice(root, redis.port, false) });
   if (!goAvailable()) {
     notes.push(`upstream rows left out: ${UPSTREAM_MISSING}`);
@@ -211,7 +214,7 @@ export async function connectionsBench(): Promise<ConnectionsBench | string> {
           await t.stop();
         }
       }
-      for (const n of CONNECTIONS) {
+      for (const n of target.setupOnly ? [] : CONNECTIONS) {
         const t = await target.start();
         try {
           const m = await measureConnections(t, target.label, Math.max(CONNECTION_PROCESSES, Math.round(n * scale)), seconds, target.cpus);

@@ -212,7 +212,7 @@ async function startSluice(name: PeerServer, root: string, redisPort: number, pi
   return { name, grpcPort: server.grpcPort, pid: server.child.pid!, metricsUrl: `http://127.0.0.1:${server.httpPort}/metrics`, stop: () => server.stop() };
 }
 
-async function startEmpty(pinned: boolean): Promise<Running> {
+export async function startEmpty(pinned: boolean): Promise<Running> {
   const script = path.join(__dirname, 'empty-server.js');
   const [cmd, args] = pinned ? ['taskset', ['-c', '1', process.execPath, script, 'h2grpc']] : [process.execPath, [script, 'h2grpc']];
   const child: ChildProcess = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'] });
