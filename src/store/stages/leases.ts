@@ -90,8 +90,13 @@ export class LeaseStage extends Stage {
   override async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
     // Upstream counting wants every hit in Redis.
     if (options.countDeniedHits) return this.inner.decide(checks, options);
+    // Each check's lease size, once (it counts the key's rate). Most requests have no check a
+    // lease can serve: they go on at once, without a reservation (a promise) per check.
+    const sizes = checks.map((c) => this.leaseSize(c));
+    const now = this.o.clock.now();
+    if (!checks.some((c, i) => this.leasable(c, sizes[i], now))) return this.exhaustedDenial(checks) ?? this.inner.decide(checks, options);
     const waitMs = Math.max(0, this.o.waitMs(options));
-    const reserved = await Promise.all(checks.map((c) => this.reserve(c, waitMs)));
+    const reserved = await Promise.all(checks.map((c, i) => this.reserve(c, sizes[i], waitMs)));
     const denied = this.exhaustedDenial(checks);
     if (denied !== undefined) {
       for (const r of reserved) if (r !== undefined) this.release(r);
@@ -135,9 +140,13 @@ export class LeaseStage extends Stage {
   // Reserves `check.hits` from this replica's lease, waiting up to `waitMs` for a take when the
   // lease is short; undefined when the check must go the ordinary way (no lease for it, Redis
   // unusable, a take that came back empty or too late).
-  private async reserve(check: LimitCheck, waitMs: number): Promise<Reservation | undefined> {
-    const size = this.leaseSize(check);
-    if (size === 0 || check.hits > size || this.isExhausted(check.key, this.o.clock.now())) return undefined;
+  private leasable(check: LimitCheck, size: number, now: number): boolean {
+    return size > 0 && check.hits <= size && !this.isExhausted(check.key, now);
+  }
+
+  // `size`: leaseSize(check), worked out by the caller.
+  private async reserve(check: LimitCheck, size: number, waitMs: number): Promise<Reservation | undefined> {
+    if (!this.leasable(check, size, this.o.clock.now())) return undefined;
     // Two takes at most (one may land in a window that is already over), then a last look.
     for (let attempt = 0; attempt <= 2; attempt++) {
       const lease = this.live(check.key);
