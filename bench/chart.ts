@@ -47,12 +47,12 @@ export function horizontalBars(o: { title: string; caption: string; bars: readon
 
 const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
 
-// One `npm run bench` decisions run: decisions/s of each row as a fraction of the empty grpc-js
-// handler's with the same requests and load generator.
+// One `npm run bench` decisions run: decisions/s of each row as a fraction of the empty handler's
+// (on sluice's gRPC server) with the same requests and load generator.
 export function decisionsChart(rows: readonly DecisionRow[], caption: string): string {
   const colour: Record<DecisionRow['target'], string> = { 'empty handler': '#9e9e9e', 'memory store': '#4c78a8', 'Redis store': '#e45756' };
   return horizontalBars({
-    title: 'sluice decisions/s, as a fraction of an empty grpc-js handler (same requests, same run)',
+    title: 'sluice decisions/s, as a fraction of an empty handler on its own gRPC server (same run)',
     caption,
     left: 330,
     width: 820,

@@ -9,8 +9,10 @@ import { processCpuSeconds, redisCpuSeconds } from './cpu';
 import { FLEET_ALGORITHMS, fleetConfigDir, H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, runKeysLoad } from './fleet';
 
 // The cost of a decision, in one run: the same requests, sent with a deadline (grpc-timeout 1S,
-// as Envoy does), to an empty grpc-js handler (bench/empty-server.ts), to sluice on the memory
-// store and to sluice on the Redis store (automatic leases off, so every answer is a script call).
+// as Envoy does), to an empty handler on sluice's own gRPC server (bench/empty-server.ts h2grpc,
+// the server sluice runs by default), to sluice on the memory store and to sluice on the Redis
+// store (automatic leases off, so every answer is a script call), each one process (WORKERS=1:
+// the CPU per request is one process' CPU).
 // Per row: decisions/s, p50/p99, the server's CPU per request (/proc), and for Redis rows Redis'
 // own CPU per request (INFO cpu), next to a minimal INCRBY + PEXPIRE script measured on the same
 // Redis in the same run. A Redis row with a degraded answer (one not decided by Redis) fails the run.
@@ -56,7 +58,7 @@ interface Target_ {
 
 function startEmpty(): Promise<Target_> {
   return new Promise((resolve, reject) => {
-    const child: ChildProcess = spawn(process.execPath, [EMPTY_SERVER], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child: ChildProcess = spawn(process.execPath, [EMPTY_SERVER, 'h2grpc'], { stdio: ['ignore', 'pipe', 'inherit'] });
     child.once('error', reject);
     readline.createInterface({ input: child.stdout! }).once('line', (line) =>
       resolve({
@@ -129,7 +131,7 @@ export async function decisionsBench(requests: number, keyRequests = Math.round(
   try {
     targets.push(await startEmpty());
     targets.push(fromServer('memory store', await spawnServer(['--config', config, '--log-level', 'info'])));
-    const redisServer = await spawnServer(['--config', config, '--log-level', 'info', '--store', 'redis', '--redis-url', `127.0.0.1:${node.port}`, '--lease-auto-threshold', '0']);
+    const redisServer = await spawnServer(['--config', config, '--log-level', 'info', '--store', 'redis', '--redis-url', `127.0.0.1:${node.port}`, '--lease-auto-threshold', '0', '--workers', '1']);
     await redisServer.waitForLog((l) => l.event === 'redis_ready');
     targets.push(fromServer('Redis store', redisServer));
 
