@@ -72,8 +72,12 @@ export class OverLimitCacheStage extends Stage {
   }
 
   private async decideAndRemember(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    // Redis decided after the call was sent: a denial remembered from then ends no later than
+    // Redis' own (from the answer's arrival it could deny for up to a round trip after the key
+    // can pass again, and report a reset that long too late).
+    const sentAt = this.o.clock.now();
     const decision = await this.inner.decide(checks, options);
-    if (decision.degraded === undefined) this.remember(checks, decision, this.o.clock.now());
+    if (decision.degraded === undefined) this.remember(checks, decision, sentAt);
     return decision;
   }
 
