@@ -16,7 +16,7 @@ import { loadSettings, SettingsError } from '../src/settings';
 import { callRls, d } from './support/app';
 import { type ServerProcess, spawnServer } from './support/process';
 import { type Cluster, type RedisNode, type SentinelSet, startCluster, startRedis, startSentinelSet, stopAll } from './support/redis';
-import { awayFromWindowEdge } from './support/time';
+import { awayFromWindowEdge, clearOfSecondEdge } from './support/time';
 
 // envoyproxy/ratelimit's integration scenarios (test/integration/integration_test.go), each run
 // against a spawned sluice process given the environment upstream's test gives upstream (its
@@ -73,6 +73,8 @@ descriptors:
     rate_limit: { unit: second, requests_per_unit: 0 }
 `;
 
+// How far from a second's edges each call starts (see call()).
+const SECOND_EDGE_MS = 50;
 const PERIOD_S: Partial<Record<Unit, number>> = { [Unit.SECOND]: 1, [Unit.MINUTE]: 60, [Unit.HOUR]: 3600 };
 
 // upstream's runtime layout: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
@@ -106,6 +108,10 @@ async function start(mode: Mode, env: Record<string, string>): Promise<Sluice> {
     configDir,
     async call(domain, descriptors) {
       const request: Partial<RateLimitRequest> = { domain, descriptors: descriptors.map((e) => d(...e)), hitsAddend: 1 };
+      // duration_until_reset is whole seconds by a clock read somewhere within a call (Redis' for
+      // a decision, an earlier call's for a remembered denial): calls stay clear of the seconds'
+      // edges, so that the seconds expected from this call's own clock readings are exact.
+      await clearOfSecondEdge(SECOND_EDGE_MS);
       const sentAt = Date.now();
       const response = await callRls(client, request);
       return { response, sentAt, answeredAt: Date.now() };

@@ -15,6 +15,7 @@ import { d, type Running, startApp } from './support/app';
 import { runCli, spawnServer } from './support/process';
 import { freePort, type RedisNode, startRedis, stopAll } from './support/redis';
 import { recordingEvents, redisClient, until } from './support/stack';
+import { awayFromWindowEdge } from './support/time';
 
 // REDIS_PERSECOND (issue 17): limits of one second or less are counted on their own Redis, the
 // others on REDIS_URL's, as envoyproxy/ratelimit does; a request with both stays all-or-nothing
@@ -129,6 +130,9 @@ describe('a sluice process started with upstream environment', () => {
       const late = await startRedis({ port });
       await until('ready once both Redis answer', async () => (await health()).status === 200);
       const body = JSON.stringify({ domain: 'ps', descriptors: [{ entries: [{ key: 'second', value: 'p' }] }, { entries: [{ key: 'minute', value: 'p' }] }] });
+      // The per-second counter lives to the end of its second: ask in the first half of one, so
+      // that it is still there to be listed.
+      await awayFromWindowEdge(1000, 500);
       const answer = await fetch(`http://127.0.0.1:${server.httpPort}/json`, { method: 'POST', body });
       assert.equal(answer.status, 200);
       assert.deepEqual(await counterKeys(late, 'proc:'), [SECOND_KEY('p', 'proc:')]);
