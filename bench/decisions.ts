@@ -3,6 +3,7 @@ import path from 'node:path';
 import readline from 'node:readline';
 import { promisify } from 'node:util';
 import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
+import { loadScripts } from '../src/store/scripts';
 import { type RedisNode, startRedis } from '../test/support/redis';
 import { spawnServer, type ServerProcess } from '../test/support/process';
 import { processCpuSeconds, redisCpuSeconds } from './cpu';
@@ -42,6 +43,9 @@ export interface DecisionsBench {
   rows: DecisionRow[];
   // redis-benchmark -c 16 -P 16 of EVALSHA (INCRBY + PEXPIRE), Redis CPU per call.
   minimalScriptUs: number;
+  // redis-benchmark -c 4 -P 32 of the decide script alone, 3 fixed-window limits a call, Redis CPU
+  // per call: the same keys every call, and keys new to Redis.
+  decideScriptUs: { hot: number; fresh: number };
   // The Redis store (fixed window, 1 descriptor) and the empty handler, paced at half the Redis
   // store's measured maximum rate.
   halfRate: Record<'redis' | 'empty', { reqPerSec: number; p50Ms: number; p99Ms: number }>;
@@ -113,6 +117,22 @@ async function keysRow(target: Target_, redis: RedisNode | undefined, descriptor
   return measure(target, redis, requests, () => run(requests));
 }
 
+// redis-benchmark of sluice's decide function alone (loaded by the Redis-store server), one
+// request of 3 fixed-window limits a call, as the store sends it: what Redis spends deciding,
+// without sluice's batching or I/O. Keys the same every call, or new to Redis (__rand_int__).
+async function decideScript(node: RedisNode): Promise<{ hot: number; fresh: number }> {
+  const fn = loadScripts().functions.decide;
+  const spec = 'fixed_window:1000000000:60000:1000000000:enforce';
+  const n = 200_000;
+  const run = async (tag: string, random: string[]) => {
+    const keys = ['a', 'b', 'c'].map((k) => `bench:decide:{${tag}}:${k}`);
+    const before = await redisCpuSeconds(node);
+    await execFileAsync('redis-benchmark', ['-p', String(node.port), '-c', '4', '-P', '32', '-n', String(n), ...random, '-q', 'FCALL', fn, '3', ...keys, '0', '', 'request', '1', '3', spec, '1', spec, '1', spec, '1']);
+    return (((await redisCpuSeconds(node)) - before) * 1e6) / n;
+  };
+  return { hot: await run('hot', []), fresh: await run('__rand_int__', ['-r', '100000000']) };
+}
+
 // redis-benchmark of the smallest useful script, INCRBY + PEXPIRE, on the same Redis.
 async function minimalScript(node: RedisNode): Promise<number> {
   const sha = await node.cli('SCRIPT', 'LOAD', "redis.call('INCRBY', KEYS[1], ARGV[1]) redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1");
@@ -166,15 +186,18 @@ export async function decisionsBench(requests: number, keyRequests = Math.round(
     const failed = metricSum(metrics, 'sluice_requests_total', { code: 'UNAVAILABLE' }) + metricSum(metrics, 'sluice_requests_total', { code: 'INTERNAL' });
     if (degraded > 0 || failed > 0) throw new Error(`the Redis store answered ${degraded} requests without Redis (degraded) and failed ${failed}: its rows are not Redis decisions`);
     const minimalScriptUs = await minimalScript(node);
+    const decideScriptUs = await decideScript(node);
     return {
       rows,
       minimalScriptUs,
+      decideScriptUs,
       halfRate,
       degraded,
       commands: [
         "h2load -n N -c 4 -m 32 -t 1 -d <request> -H 'content-type: application/grpc' -H 'te: trailers' -H 'grpc-timeout: 1S' --log-file <latencies>",
         'node dist/bench/keys-load.js (100,000 distinct requests in turn, 4 connections x 32 streams, grpc-timeout 1S)',
         'redis-benchmark -c 16 -P 16 EVALSHA <INCRBY + PEXPIRE> 1 key 1 60000',
+        "redis-benchmark -c 4 -P 32 [-r 100000000] FCALL <decide> 3 <3 keys> 0 '' request 1 3 <spec> 1 <spec> 1 <spec> 1",
       ],
     };
   } finally {

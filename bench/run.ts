@@ -62,6 +62,7 @@ async function main(): Promise<void> {
       console.log('');
       console.log(decisionsTable(d.rows, d.minimalScriptUs));
       console.log(`\n  minimal script (INCRBY + PEXPIRE, redis-benchmark -c 16 -P 16): ${d.minimalScriptUs.toFixed(2)} us of Redis CPU per call`);
+      console.log(`  decide script alone, 3 fixed-window limits a call (redis-benchmark -c 4 -P 32): ${d.decideScriptUs.hot.toFixed(2)} us of Redis CPU per call on the same keys, ${d.decideScriptUs.fresh.toFixed(2)} us on keys new to Redis`);
       const h = d.halfRate;
       console.log(`  paced at half the Redis store's maximum (fixed window, 1 descriptor, hot key; h2load --rps, 4 connections x 1 stream):`);
       console.log(`    Redis store ${fmt(h.redis.reqPerSec)}/s, p50 ${h.redis.p50Ms.toFixed(2)} ms, p99 ${h.redis.p99Ms.toFixed(2)} ms; empty handler at the same rate: p50 ${h.empty.p50Ms.toFixed(2)} ms, p99 ${h.empty.p99Ms.toFixed(2)} ms`);
