@@ -350,9 +350,11 @@ end
 
 -- A fixed window in envoyproxy/ratelimit's layout (KEY_LAYOUT=upstream): the key names its window
 -- (keys.ts upstreamKey), and the value is the count alone, an integer that upstream's replicas
--- INCRBY on the same Redis. Decided as a fixed window whose window is the current one.
+-- INCRBY on the same Redis. Decided as a fixed window whose window is the current one. Every write
+-- sets the expiry (no same_expiry): the key's window is the process' clock's, not Redis', and a
+-- key named for a window Redis has left must live on through Redis' current one.
 local fixed_upstream = {
-  view = fixed.view, decide = fixed.decide, ttl = fixed.ttl, same_expiry = fixed.same_expiry,
+  view = fixed.view, decide = fixed.decide, ttl = fixed.ttl,
   refund = fixed.refund, absorb = fixed.absorb, restore = fixed.restore,
 }
 
