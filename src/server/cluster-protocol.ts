@@ -21,7 +21,8 @@ export type ToWorker =
   | { type: 'config'; config?: CompiledConfig; rejection?: RejectionWire; trigger: ReloadTrigger }
   // Why the other workers of the set are not serving ([] when they all are).
   | { type: 'peers'; reasons: string[] }
-  | { type: 'collect'; id: number }
+  // `upstream`: with the worker's tallies for the USE_PROMETHEUS listener (its scrape asked for them).
+  | { type: 'collect'; id: number; upstream: boolean }
   | { type: 'scraped'; id: number; text: string; tallies?: UpstreamTallies };
 
 export type ToPrimary =

@@ -36,7 +36,7 @@ export async function runWorker(settings: Settings): Promise<void> {
         applyConfig(app, m);
         resolve();
       } else if (m.type === 'peers') app.health.setPeers(m.reasons);
-      else if (m.type === 'collect') void collect(app, m.id, send, settings.prometheusEnabled);
+      else if (m.type === 'collect') void collect(app, m.id, send, m.upstream);
       else if (m.type === 'scraped') {
         scrapes.get(m.id)?.({ text: m.text, tallies: m.tallies });
         scrapes.delete(m.id);

@@ -238,7 +238,7 @@ class WorkerSet {
   // every worker's (calls, hits, response times) and the primary's own (config loads).
   private async scrape(upstream: boolean): Promise<SetScrape> {
     const live = this.slots.filter((s) => s.worker?.isConnected());
-    const collected = await Promise.all(live.map((s) => this.collect(s)));
+    const collected = await Promise.all(live.map((s) => this.collect(s, upstream)));
     const series = collected.map((c) => c?.metrics);
     this.perWorker.reset();
     live.forEach((s, i) => {
@@ -252,7 +252,7 @@ class WorkerSet {
     return { text, tallies: sumTallies([await upstreamTallies(this.metrics), ...tallies]) };
   }
 
-  private collect(slot: Slot): Promise<Collected | undefined> {
+  private collect(slot: Slot, upstream: boolean): Promise<Collected | undefined> {
     const id = this.nextCollect++;
     const key = `${slot.id}:${id}`;
     return new Promise((resolve) => {
@@ -263,7 +263,7 @@ class WorkerSet {
         resolve(m);
       };
       this.collecting.set(key, done);
-      slot.worker!.send({ type: 'collect', id } satisfies ToWorker);
+      slot.worker!.send({ type: 'collect', id, upstream } satisfies ToWorker);
     });
   }
 }
