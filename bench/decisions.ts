@@ -1,13 +1,13 @@
-import { type ChildProcess, execFile, spawn, spawnSync } from 'node:child_process';
-import path from 'node:path';
-import readline from 'node:readline';
+import { execFile, spawnSync } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
+import { decideSpec } from '../src/store/redis';
 import { loadScripts } from '../src/store/scripts';
 import { type RedisNode, startRedis } from '../test/support/redis';
 import { spawnServer, type ServerProcess } from '../test/support/process';
 import { processCpuSeconds, redisCpuSeconds } from './cpu';
 import { FLEET_ALGORITHMS, fleetConfigDir, H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, runKeysLoad } from './fleet';
+import { startEmpty } from './peer';
 
 // The cost of a decision, in one run: the same requests, sent with a deadline (grpc-timeout 1S,
 // as Envoy does), to an empty handler on sluice's own gRPC server (bench/empty-server.ts h2grpc,
@@ -19,7 +19,6 @@ import { FLEET_ALGORITHMS, fleetConfigDir, H2LOAD_MISSING, h2loadAvailable, metr
 // Redis in the same run. A Redis row with a degraded answer (one not decided by Redis) fails the run.
 
 const execFileAsync = promisify(execFile);
-const EMPTY_SERVER = path.join(__dirname, 'empty-server.js');
 
 export type Target = 'empty handler' | 'memory store' | 'Redis store';
 
@@ -60,19 +59,10 @@ interface Target_ {
   stop(): Promise<unknown>;
 }
 
-function startEmpty(): Promise<Target_> {
-  return new Promise((resolve, reject) => {
-    const child: ChildProcess = spawn(process.execPath, [EMPTY_SERVER, 'h2grpc'], { stdio: ['ignore', 'pipe', 'inherit'] });
-    child.once('error', reject);
-    readline.createInterface({ input: child.stdout! }).once('line', (line) =>
-      resolve({
-        name: 'empty handler',
-        port: Number(line),
-        pid: child.pid!,
-        stop: () => new Promise((r) => (child.once('exit', r), child.kill('SIGTERM'))),
-      }),
-    );
-  });
+// The empty handler on sluice's own gRPC server (bench/empty-server.ts h2grpc), as the peer section starts it.
+async function emptyHandler(): Promise<Target_> {
+  const e = await startEmpty(false);
+  return { name: 'empty handler', port: e.grpcPort, pid: e.pid, stop: e.stop };
 }
 
 function fromServer(name: Target, server: ServerProcess): Target_ {
@@ -122,7 +112,7 @@ async function keysRow(target: Target_, redis: RedisNode | undefined, descriptor
 // without sluice's batching or I/O. Keys the same every call, or new to Redis (__rand_int__).
 async function decideScript(node: RedisNode): Promise<{ hot: number; fresh: number }> {
   const fn = loadScripts().functions.decide;
-  const spec = 'fixed_window:1000000000:60000:1000000000:enforce';
+  const spec = decideSpec({ algorithm: 'fixed_window', limit: 1_000_000_000, periodMs: 60_000, burst: 1_000_000_000, mode: 'enforce' });
   const n = 200_000;
   const run = async (tag: string, random: string[]) => {
     const keys = ['a', 'b', 'c'].map((k) => `bench:decide:{${tag}}:${k}`);
@@ -149,7 +139,7 @@ export async function decisionsBench(requests: number, keyRequests = Math.round(
   const node = await startRedis();
   const targets: Target_[] = [];
   try {
-    targets.push(await startEmpty());
+    targets.push(await emptyHandler());
     targets.push(fromServer('memory store', await spawnServer(['--config', config, '--log-level', 'info'])));
     const redisServer = await spawnServer(['--config', config, '--log-level', 'info', '--store', 'redis', '--redis-url', `127.0.0.1:${node.port}`, '--lease-auto-threshold', '0', '--workers', '1']);
     await redisServer.waitForLog((l) => l.event === 'redis_ready');

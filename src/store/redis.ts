@@ -234,7 +234,7 @@ export class RedisStore implements Store, SharedOps {
       for (const i of r.idx) {
         const c = r.all[i];
         keys.push(c.key);
-        argv.push(`${luaAlgorithm(c)}:${c.limit}:${c.periodMs}:${c.burst}:${c.mode}`, c.hits);
+        argv.push(decideSpec(c), c.hits);
       }
     }
     const n = keys.length;
@@ -554,6 +554,11 @@ export class RedisStore implements Store, SharedOps {
 // (a string). See clock() in lua/algorithms.lua.
 function replyTime(raw: unknown): number {
   return typeof raw === 'string' ? Number(raw) : (raw as number) / 1000;
+}
+
+// A limit's spec as decide.lua takes it: one text, which the script parses once per library load.
+export function decideSpec(c: Pick<LimitCheck, 'algorithm' | 'limit' | 'periodMs' | 'burst' | 'mode' | 'layout'>): string {
+  return `${luaAlgorithm(c)}:${c.limit}:${c.periodMs}:${c.burst}:${c.mode}`;
 }
 
 // The scripts' name of a spec's algorithm: the fixed window in upstream's layout has its own
