@@ -329,8 +329,12 @@ local function decode_state(raw)
   return { tonumber(a) }
 end
 
+local function integral(x)
+  return x == math.floor(x) and x > -1e15 and x < 1e15
+end
+
 local function encode_number(x)
-  if x == math.floor(x) and x > -1e15 and x < 1e15 then return string.format('%d', x) end
+  if integral(x) then return string.format('%d', x) end
   return string.format('%.17g', x)
 end
 
@@ -338,7 +342,7 @@ local function encode_state(state)
   if #state == 2 then
     -- Windows' states are two whole numbers: one format costs Redis less than two and a join.
     local a, b = state[1], state[2]
-    if a == math.floor(a) and b == math.floor(b) and a > -1e15 and a < 1e15 and b > -1e15 and b < 1e15 then
+    if integral(a) and integral(b) then
       return string.format('%d:%d', a, b)
     end
     return encode_number(a) .. ':' .. encode_number(b)
