@@ -7,7 +7,7 @@ import { RateLimitUnit } from '../src/gen/ratelimit/config/ratelimit/v3/rls_conf
 import { type ReceivedRequest, startControlPlane } from './support/ads-server';
 import { callRls, d } from './support/app';
 import { makeCerts } from './support/certs';
-import { spawnServer, type ServerProcess } from './support/process';
+import { spawnServer, spawnServers, type ServerProcess } from './support/process';
 import { freePort, startRedis, stopAll } from './support/redis';
 import { httpReceiver } from './support/otlp';
 import { GRPC_SPAN } from '../src/server/tracing';
@@ -58,11 +58,13 @@ describe("Envoy Gateway's environment", () => {
       OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
     };
     const metricsPorts = [await freePort(), await freePort()];
-    const replicas: ServerProcess[] = await Promise.all(metricsPorts.map((port, i) => spawnServer([], { ...env, PROMETHEUS_ADDR: `:${port}`, TRACING_SERVICE_INSTANCE_ID: `replica-${i}` })));
-    // Envoy Gateway sets GRPC_SERVER_TLS_CA_CERT, which upstream does not read: no client certificate.
-    const tls = grpc.credentials.createSsl(fs.readFileSync(certs.file('ca.crt')));
-    const clients = replicas.map((r) => new RateLimitServiceClient(`127.0.0.1:${r.grpcPort}`, tls));
+    let replicas: ServerProcess[] = [];
+    let clients: RateLimitServiceClient[] = [];
     try {
+      replicas = await spawnServers(metricsPorts.map((port, i) => () => spawnServer([], { ...env, PROMETHEUS_ADDR: `:${port}`, TRACING_SERVICE_INSTANCE_ID: `replica-${i}` })));
+      // Envoy Gateway sets GRPC_SERVER_TLS_CA_CERT, which upstream does not read: no client certificate.
+      const tls = grpc.credentials.createSsl(fs.readFileSync(certs.file('ca.crt')));
+      clients = replicas.map((r) => new RateLimitServiceClient(`127.0.0.1:${r.grpcPort}`, tls));
       for (const r of replicas) {
         const line = await r.waitForLog((l) => l.event === 'store_implied');
         assert.equal(line.by, 'REDIS_URL');

@@ -54,7 +54,14 @@ export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}): 
       exited.then((code) => reject(new Error(`server exited with ${code}; stderr: ${stderr}`)));
     });
   };
-  const listening = await waitForLog((l) => l.event === 'listening');
+  let listening: Record<string, unknown>;
+  try {
+    listening = await waitForLog((l) => l.event === 'listening');
+  } catch (err) {
+    // A process that never said it listens is not left running (it would keep the test alive).
+    if (child.exitCode === null) child.kill('SIGKILL');
+    throw err;
+  }
   return {
     child,
     grpcPort: listening.grpcPort as number,
@@ -67,6 +74,15 @@ export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}): 
       return exited;
     },
   };
+}
+
+// Several servers at once; when one fails to start, those that did are stopped before the error.
+export async function spawnServers(starts: (() => Promise<ServerProcess>)[]): Promise<ServerProcess[]> {
+  const settled = await Promise.allSettled(starts.map((start) => start()));
+  const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed === undefined) return settled.map((s) => (s as PromiseFulfilledResult<ServerProcess>).value);
+  await Promise.all(settled.map((s) => (s.status === 'fulfilled' ? s.value.stop() : undefined)));
+  throw failed.reason;
 }
 
 // Runs the CLI to completion (e.g. `sluice check`).

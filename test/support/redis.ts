@@ -79,10 +79,33 @@ function which(name: string): string | undefined {
   return undefined;
 }
 
+// Ports are taken below the kernel's ephemeral range when it leaves room (10,000 ports): a port
+// from that range (what bind(0) gives) can become the source port of any outgoing connection
+// between the moment it is handed out and the moment a server binds it (EADDRINUSE), and the
+// servers under test open connections (to Redis, to each other) all the time.
+function ephemeralLow(): number {
+  try {
+    return Number(fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || 0;
+  } catch {
+    return 0;
+  }
+}
+const FIXED_LOW = 10_000;
+const EPHEMERAL_LOW = ephemeralLow();
+
+// A port to try: random below the ephemeral range (and its cluster bus port too), else bind(0)'s.
+async function candidatePort(clusterBus: boolean): Promise<number | undefined> {
+  const high = EPHEMERAL_LOW - 1 - (clusterBus ? BUS_OFFSET : 0);
+  if (high - FIXED_LOW < 5_000) return bindAndRelease(0);
+  const port = FIXED_LOW + Math.floor(Math.random() * (high - FIXED_LOW + 1));
+  return (await bindAndRelease(port)) === undefined ? -1 : port;
+}
+
 // clusterBus: also require port+10000 free, which Redis Cluster binds for its node-to-node bus.
 export async function freePort(opts: { clusterBus?: boolean } = {}): Promise<number> {
   for (let attempt = 0; attempt < 200; attempt++) {
-    const port = await bindAndRelease(0);
+    const port = await candidatePort(opts.clusterBus === true);
+    if (port === -1) continue;
     if (port === undefined) break;
     if (port === SHARED_PORT || handedOut.has(port)) continue;
     handedOut.add(port);
