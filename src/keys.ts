@@ -68,18 +68,23 @@ function entryPart(e: { key: string; value: string }, parts: KeyParts, options: 
   return `${escapeKeyPart(e.key)}=${valuePart(e.key, counterValue(e, parts), options.hashing)}`;
 }
 
+// Built by concatenation (no arrays): it runs for every limit of every request.
 export function counterKey(parts: KeyParts, options: KeyOptions): string {
   const domain = escapeKeyPart(parts.domain);
-  const entries = parts.entries.map((e) => entryPart(e, parts, options));
+  const entries = parts.entries;
   const suffix = `|${parts.algorithm}:${parts.periodMs}`;
+  let rest = '';
+  for (let i = options.hashTag === 'descriptor' ? 1 : 0; i < entries.length; i++) {
+    rest += i === 0 ? entryPart(entries[i], parts, options) : `|${entryPart(entries[i], parts, options)}`;
+  }
   switch (options.hashTag) {
     case 'domain':
-      return `${options.prefix}{${domain}}|${entries.join('|')}${suffix}`;
+      return `${options.prefix}{${domain}}|${rest}${suffix}`;
     case 'none':
-      return `${options.prefix}${domain}|${entries.join('|')}${suffix}`;
+      return `${options.prefix}${domain}|${rest}${suffix}`;
     case 'descriptor': {
-      const rest = entries.slice(1).map((e) => `|${e}`).join('');
-      return `${options.prefix}{${domain}|${entries[0] ?? ''}}${rest}${suffix}`;
+      const first = entries.length === 0 ? '' : entryPart(entries[0], parts, options);
+      return `${options.prefix}{${domain}|${first}}${rest}${suffix}`;
     }
   }
 }

@@ -20,6 +20,10 @@ describe('counter keys', () => {
     );
     assert.equal(counterKey(parts([['tenant', 'acme']]), { ...opts, hashTag: 'domain' }), 'sluice:{edge}|tenant=acme|fixed_window:60000');
     assert.equal(counterKey(parts([['tenant', 'acme']]), { ...opts, hashTag: 'none' }), 'sluice:edge|tenant=acme|fixed_window:60000');
+    const three = parts([['tenant', 'acme'], ['route', '/v1/pay'], ['method', 'GET']]);
+    assert.equal(counterKey(three, opts), 'sluice:{edge|tenant=acme}|route=/v1/pay|method=GET|fixed_window:60000');
+    assert.equal(counterKey(three, { ...opts, hashTag: 'domain' }), 'sluice:{edge}|tenant=acme|route=/v1/pay|method=GET|fixed_window:60000');
+    assert.equal(counterKey(three, { ...opts, hashTag: 'none' }), 'sluice:edge|tenant=acme|route=/v1/pay|method=GET|fixed_window:60000');
   });
 
   test("descriptors that collide upstream ('a_b'='c' vs 'a'='b_c') get different keys", () => {

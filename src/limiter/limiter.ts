@@ -62,10 +62,15 @@ export function hitsFor(request: RateLimitRequest, index: number): number {
 // does: names replaced by any matched limit of the request (unlimited ones included) are dropped.
 export function limitsFor(config: CompiledConfig, request: RateLimitRequest): (MatchedLimit | undefined)[] {
   const matched = request.descriptors.map((d) => match(config, request.domain, d));
-  const replaced = new Set<string>();
-  for (const m of matched) for (const name of m?.rule.replaces ?? []) replaced.add(name);
-  if (replaced.size === 0) return matched;
-  return matched.map((m) => (m && m.rule.name !== '' && replaced.has(m.rule.name) ? undefined : m));
+  let replaced: Set<string> | undefined;
+  for (const m of matched) {
+    if (m === undefined || m.rule.replaces.length === 0) continue;
+    replaced ??= new Set();
+    for (const name of m.rule.replaces) replaced.add(name);
+  }
+  if (replaced === undefined) return matched;
+  const names = replaced;
+  return matched.map((m) => (m && m.rule.name !== '' && names.has(m.rule.name) ? undefined : m));
 }
 
 function modeOf(rule: RateLimitRule, settings: LimiterSettings): LimitMode {
@@ -142,16 +147,15 @@ function resultFor(
   index: number | undefined,
   hits: number,
 ): DescriptorResult {
-  const base = { hits, wouldDeny: false, consumed: false, usedBefore: 0 };
-  if (m === undefined) return { ...base, kind: 'no_limit', code: 'OK', remaining: 0 };
+  if (m === undefined) return { kind: 'no_limit', code: 'OK', hits, remaining: 0, wouldDeny: false, consumed: false, usedBefore: 0 };
   if (check === undefined || index === undefined) {
-    return { ...base, kind: 'unlimited', code: 'OK', rule: m.rule, matched: m, remaining: MAX_UINT32 };
+    return { kind: 'unlimited', code: 'OK', rule: m.rule, matched: m, hits, remaining: MAX_UINT32, wouldDeny: false, consumed: false, usedBefore: 0 };
   }
   const o = decision.outcomes[index];
   // Per-rule shadow mode reports OK; global shadow mode keeps the descriptor's OVER_LIMIT and only
   // turns the overall code to OK (upstream's behaviour).
   const code: Code = o.allowed || m.rule.shadowMode ? 'OK' : 'OVER_LIMIT';
-  return {
+  const result: DescriptorResult = {
     kind: 'limited',
     code,
     rule: m.rule,
@@ -164,6 +168,7 @@ function resultFor(
     wouldDeny: !o.allowed,
     consumed: o.consumed,
     usedBefore: o.usedBefore,
-    ...(o.fromLocalCache ? { fromLocalCache: true } : {}),
   };
+  if (o.fromLocalCache) result.fromLocalCache = true;
+  return result;
 }

@@ -45,7 +45,11 @@ const SETTING_OF: Record<keyof RequestBounds, string> = {
 
 // "<what> has <n> <unit>; at most <max> allowed (<setting>)": names the bound and the setting.
 export function overBound(what: string, n: number, bound: keyof RequestBounds, bounds: RequestBounds, unit: string): InvalidRequestError {
-  return new InvalidRequestError(`${what} has ${n} ${unit}; at most ${bounds[bound]} allowed (${SETTING_OF[bound]})`);
+  return new InvalidRequestError(`${what} ${overText(n, bound, bounds, unit)}`);
+}
+
+function overText(n: number, bound: keyof RequestBounds, bounds: RequestBounds, unit: string): string {
+  return `has ${n} ${unit}; at most ${bounds[bound]} allowed (${SETTING_OF[bound]})`;
 }
 
 export function checkDescriptorCount(n: number, bounds: RequestBounds): void {
@@ -59,12 +63,20 @@ export function checkEntryCount(i: number, n: number, bounds: RequestBounds): vo
 // proto3 strings are UTF-8: a lone surrogate (possible in JSON text, "\ud800") has no UTF-8 form,
 // and two different byte strings must never share one counter.
 export function checkText(what: string, s: string, bounds: RequestBounds): void {
-  if (!(s as unknown as { isWellFormed(): boolean }).isWellFormed()) throw new InvalidRequestError(`${what} is not valid UTF-8 text`);
+  const fault = textFault(s, bounds);
+  if (fault !== undefined) throw new InvalidRequestError(`${what} ${fault}`);
+}
+
+// What is wrong with a text, as the end of an error message (after the text's name); undefined
+// when nothing is, so that a valid request builds no message.
+function textFault(s: string, bounds: RequestBounds): string | undefined {
+  if (!(s as unknown as { isWellFormed(): boolean }).isWellFormed()) return 'is not valid UTF-8 text';
   // UTF-8 takes at most 3 bytes per UTF-16 unit: only long strings need counting.
   if (s.length * 3 > bounds.maxValueBytes) {
     const bytes = Buffer.byteLength(s, 'utf8');
-    if (bytes > bounds.maxValueBytes) throw overBound(what, bytes, 'maxValueBytes', bounds, 'bytes');
+    if (bytes > bounds.maxValueBytes) return overText(bytes, 'maxValueBytes', bounds, 'bytes');
   }
+  return undefined;
 }
 
 export function checkUtf8Bytes(what: string, bytes: Uint8Array): void {
@@ -82,14 +94,19 @@ const UNIT_OF: Partial<Record<RateLimitUnit, Unit>> = {
 };
 
 function descriptorFrom(d: PbRequest['descriptors'][number], i: number, bounds: RequestBounds): Descriptor {
-  if (d.entries.length === 0) throw new InvalidRequestError(`descriptor ${i} has no entries`);
-  checkEntryCount(i, d.entries.length, bounds);
-  d.entries.forEach((e, j) => {
+  const entries = d.entries;
+  if (entries.length === 0) throw new InvalidRequestError(`descriptor ${i} has no entries`);
+  checkEntryCount(i, entries.length, bounds);
+  for (let j = 0; j < entries.length; j++) {
+    const e = entries[j];
     if (e.key === '') throw new InvalidRequestError(`descriptor ${i} entry ${j} has an empty key`);
-    checkText(`descriptor ${i} entry ${j} key`, e.key, bounds);
-    checkText(`descriptor ${i} entry ${j} value`, e.value, bounds);
-  });
-  const out: Descriptor = { entries: d.entries.map((e) => ({ key: e.key, value: e.value })) };
+    const keyFault = textFault(e.key, bounds);
+    if (keyFault !== undefined) throw new InvalidRequestError(`descriptor ${i} entry ${j} key ${keyFault}`);
+    const valueFault = textFault(e.value, bounds);
+    if (valueFault !== undefined) throw new InvalidRequestError(`descriptor ${i} entry ${j} value ${valueFault}`);
+  }
+  // The decoded entries are the model's (key and value, nothing else): kept, not copied.
+  const out: Descriptor = { entries };
   if (d.limit !== undefined) {
     const unit = UNIT_OF[d.limit.unit];
     if (unit === undefined) throw new InvalidRequestError(`descriptor ${i} limit override has no valid unit`);
