@@ -8,6 +8,7 @@ import type { Algorithm, LimitMode } from '../src/model';
 import { silentEvents } from '../src/store/events';
 import { MemoryStore } from '../src/store/memory';
 import { RedisStore } from '../src/store/redis';
+import { WireCommand } from '../src/store/resp';
 import type { Decision, LimitCheck } from '../src/store/store';
 import { startRedis, stopAll } from './support/redis';
 import { referenceModel, TICKS_PER_MS, type ModelSpec } from './support/reference-models';
@@ -197,12 +198,21 @@ class ExpiryBridge {
 
   constructor(conn: Redis) {
     this.target = conn;
-    // The store calls its decide function as fcall(name, numKeys, args); everything else passes.
+    // The store calls its decide function as fcall(name, numKeys, args) (peek), or sends it as a
+    // command it wrote itself (decide, on one Redis: store/resp.ts); everything else passes.
     const fcall = (name: string, numKeys: number, args: unknown[]) =>
       /_decide$/.test(name) ? this.decide(name, numKeys, args) : conn.fcall(name, numKeys, ...(args as string[]));
+    const sendCommand = (command: WireCommand, stream?: never) => {
+      if (!(command instanceof WireCommand)) return conn.sendCommand(command, stream);
+      const [, name, numKeys, ...args] = respArray(command.toWritable());
+      if (!/_decide$/.test(name)) return conn.sendCommand(command, stream);
+      this.decide(name, Number(numKeys), args).then(command.resolve, command.reject);
+      return command.promise;
+    };
     this.client = new Proxy(conn, {
       get(target, prop) {
         if (prop === 'fcall') return fcall;
+        if (prop === 'sendCommand') return sendCommand;
         const v = Reflect.get(target, prop, target) as unknown;
         return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
       },
@@ -224,6 +234,27 @@ class ExpiryBridge {
     }
     return replies[0][1];
   }
+}
+
+// The texts of a RESP array of bulk strings (a command as written to Redis).
+function respArray(bytes: Buffer): string[] {
+  const line = (from: number): [string, number] => {
+    const end = bytes.indexOf('\r\n', from);
+    return [bytes.toString('latin1', from, end), end + 2];
+  };
+  let [head, at] = line(0);
+  assert.equal(head[0], '*');
+  const out: string[] = [];
+  const count = Number(head.slice(1));
+  for (let i = 0; i < count; i++) {
+    [head, at] = line(at);
+    assert.equal(head[0], '$');
+    const n = Number(head.slice(1));
+    out.push(bytes.toString('utf8', at, at + n));
+    at += n + 2;
+  }
+  assert.equal(at, bytes.length);
+  return out;
 }
 
 function withoutTime(d: Decision): Omit<Decision, 'storeTimeMs'> {

@@ -7,6 +7,7 @@ import { admits } from '../limiter/policy';
 import type { StoreEvents } from './events';
 import { poolImpl, poolUnits } from './region/pool';
 import { RefundQueue, type RefundQueueOptions } from './refund-queue';
+import { RespWriter, WireCommand } from './resp';
 import { loadScripts, type ScriptName, type Scripts } from './scripts';
 import { PartialWrite, type AbsorbEntry, type AllowanceCredit, type LeaseGrant, MAX_BATCH, type RegionDemand, type RefundEntry, type RestoreEntry, type SharedOps } from './shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from './store';
@@ -38,7 +39,15 @@ interface GroupResult {
   checks: number[];
   admitted: boolean;
   now: number;
-  outcomes: (LimitOutcome & { remainingBefore: number; resetBefore: number })[];
+  outcomes: LimitOutcome[];
+  // Only for a group of a request spanning slots (combine() may have to report them): each
+  // limit's counter before the request.
+  before?: Before[];
+}
+
+interface Before {
+  remaining: number;
+  resetMs: number;
 }
 
 // Per limit in a decide reply: flags (1 allowed, 2 consumed) and the state before.
@@ -49,7 +58,7 @@ const BATCH_REQUESTS = 64;
 interface Pending {
   all: readonly LimitCheck[];
   idx: number[];
-  resolve(g: GroupResult): void;
+  resolve(d: Decision): void;
   reject(err: unknown): void;
 }
 // Batches of one absorb/refund in flight at once: a big write-back neither floods Redis nor
@@ -150,13 +159,17 @@ export class RedisStore implements Store, SharedOps {
     );
   }
 
-  async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+  decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    if (!this.options.cluster) return this.batched(checks, options.countDeniedHits);
+    return this.decideSlots(checks, options);
+  }
+
+  // On a cluster: one call per hash slot group of the request.
+  private async decideSlots(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
     const groups = this.groups(checks);
     if (groups.length === 1) {
-      const g = this.options.cluster
-        ? await this.decideGroup(checks, groups[0], options.countDeniedHits, 'request', 'decide')
-        : await this.batched(checks, groups[0], options.countDeniedHits);
-      return { admitted: g.admitted, outcomes: g.outcomes.map(strip), storeTimeMs: g.now };
+      const g = await this.decideGroup(checks, groups[0], options.countDeniedHits, 'request', 'decide');
+      return { admitted: g.admitted, outcomes: g.outcomes, storeTimeMs: g.now };
     }
     const settled = await Promise.allSettled(groups.map((idx) => this.decideGroup(checks, idx, options.countDeniedHits, 'group', 'decide')));
     const done = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
@@ -173,7 +186,7 @@ export class RedisStore implements Store, SharedOps {
   async peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
     const groups = await Promise.all(this.groups(checks).map((idx) => this.decideGroup(checks, idx, options.countDeniedHits, 'peek', 'peek')));
     const outcomes: LimitOutcome[] = [];
-    for (const g of groups) g.checks.forEach((i, j) => (outcomes[i] = strip(g.outcomes[j])));
+    for (const g of groups) g.checks.forEach((i, j) => (outcomes[i] = g.outcomes[j]));
     return { admitted: admits(checks.map((c) => c.mode), outcomes.map((o) => o.allowed)), outcomes, storeTimeMs: latest(groups) };
   }
 
@@ -183,7 +196,8 @@ export class RedisStore implements Store, SharedOps {
   // per batch, not once per request. Nothing waits for a batch to fill: it leaves at the end of
   // the turn's I/O callbacks (setImmediate). (process.nextTick would not batch: Node drains the
   // tick and microtask queues after each stream's callback.)
-  private batched(all: readonly LimitCheck[], idx: number[], countDenied: boolean): Promise<GroupResult> {
+  private batched(all: readonly LimitCheck[], countDenied: boolean): Promise<Decision> {
+    const idx = this.groups(all)[0];
     return new Promise((resolve, reject) => {
       const b = this.batch;
       if (b.requests.length > 0 && (b.countDenied !== countDenied || b.requests.length >= BATCH_REQUESTS || b.keys + idx.length > MAX_BATCH)) this.flush();
@@ -205,7 +219,7 @@ export class RedisStore implements Store, SharedOps {
     if (requests.length === 0) return;
     this.batch = { requests: [], keys: 0, countDenied: false };
     this.decideMany(requests, countDenied, 'request', 'decide').then(
-      (results) => results.forEach((r, i) => (r instanceof Error ? requests[i].reject(r) : requests[i].resolve(r))),
+      (results) => results.forEach((r, i) => (r instanceof Error ? requests[i].reject(r) : requests[i].resolve({ admitted: r.admitted, outcomes: r.outcomes, storeTimeMs: r.now }))),
       (err: unknown) => requests.forEach((r) => r.reject(err)),
     );
   }
@@ -227,30 +241,27 @@ export class RedisStore implements Store, SharedOps {
     operation: string,
     client?: RedisClient,
   ): Promise<(GroupResult | Error)[]> {
-    const keys: Arg[] = [];
-    const argv: Arg[] = [countDenied ? '1' : '0', this.time(), scope, requests.length];
-    for (const r of requests) {
-      argv.push(r.idx.length);
-      for (const i of r.idx) {
-        const c = r.all[i];
-        keys.push(c.key);
-        argv.push(decideSpec(c), c.hits);
-      }
-    }
-    const n = keys.length;
-    for (const a of argv) keys.push(a);
-    const reply = (await this.run(operation, 'decide', n, keys, client)) as unknown[];
+    const time = this.time();
+    // On one Redis (not a cluster, whose client routes a command by its arguments' keys) the
+    // command is written here as bytes (store/resp.ts); the argument list is built only where the
+    // bytes cannot go (EVALSHA on a server without functions).
+    const reply = (
+      client === undefined && !this.options.cluster
+        ? await this.runWire(operation, 'decide', decideWire(this.scripts.functions.decide, requests, countDenied, time, scope), () => decideArgs(requests, countDenied, time, scope))
+        : await this.run(operation, 'decide', ...decideArgs(requests, countDenied, time, scope), client)
+    ) as unknown[];
     const now = replyTime(reply[0]);
     let p = 1;
     return requests.map((r) => {
       const admitted = reply[p++];
       if (admitted === -1) return new Error(String(reply[p++]));
+      const before: Before[] | undefined = scope === 'group' ? [] : undefined;
       const outcomes = r.idx.map((i) => {
-        const o = outcomeFrom(r.all[i], reply[p] as number, reply[p + 1], now);
+        const o = outcomeFrom(r.all[i], reply[p] as number, reply[p + 1], now, before);
         p += FIELDS;
         return o;
       });
-      return { checks: r.idx, admitted: admitted === 1, now, outcomes };
+      return { checks: r.idx, admitted: admitted === 1, now, outcomes, before };
     });
   }
 
@@ -449,12 +460,35 @@ export class RedisStore implements Store, SharedOps {
   }
 
   private async run(operation: string, script: ScriptName, numKeys: number, args: Arg[], client?: RedisClient): Promise<unknown> {
-    const result = await this.timed(operation, () => this.call(client ?? this.client(), script, numKeys, args));
+    const result = await this.timed(operation, () => {
+      const c = client ?? this.client();
+      return this.call(c, script, () => send(c, 'fcall', this.scripts.functions[script], numKeys, args), () => [numKeys, args]);
+    });
+    this.ran(script);
+    return result;
+  }
+
+  // As run(), for FCALL written as bytes on one Redis: `wire` (see store/resp.ts), and the same
+  // call's arguments in case EVALSHA must take its place.
+  private async runWire(operation: string, script: ScriptName, wire: Buffer, args: () => [number, Arg[]]): Promise<unknown> {
+    const result = await this.timed(operation, () => {
+      const c = this.client() as Redis;
+      const fcall = (): Promise<unknown> => {
+        const command = new WireCommand('fcall', wire);
+        c.sendCommand(command);
+        return command.promise;
+      };
+      return this.call(c, script, fcall, args);
+    });
+    this.ran(script);
+    return result;
+  }
+
+  private ran(script: ScriptName): void {
     if (script === 'decide' && !this.decidedOnce) {
       this.decidedOnce = true;
       this.notify();
     }
-    return result;
   }
 
   private async timed<T>(operation: string, fn: () => Promise<T>): Promise<T> {
@@ -472,21 +506,23 @@ export class RedisStore implements Store, SharedOps {
   // FCALL of the script's function in sluice's library, loading the library where it is missing
   // (a new server, a restart without persistence, FUNCTION FLUSH, a new cluster node) and trying
   // once more. On a server without Functions (Redis < 7): EVALSHA from then on.
-  private async call(client: RedisClient, script: ScriptName, numKeys: number, args: Arg[]): Promise<unknown> {
+  // `fcall` sends the FCALL; `args` gives the call's key count and arguments for EVALSHA.
+  private async call(client: RedisClient, script: ScriptName, fcall: () => Promise<unknown>, args: () => [number, Arg[]]): Promise<unknown> {
     if (this.functions) {
       try {
-        return await send(client, 'fcall', this.scripts.functions[script], numKeys, args);
+        return await fcall();
       } catch (err) {
         const message = err instanceof Error ? err.message : '';
         if (/unknown command/i.test(message)) this.functions = false;
         else if (!/function not found/i.test(message)) throw err;
         else {
           await this.loadLibrary(client);
-          if (this.functions) return send(client, 'fcall', this.scripts.functions[script], numKeys, args);
+          if (this.functions) return fcall();
         }
       }
     }
-    return this.evalsha(client, script, numKeys, args);
+    const [numKeys, list] = args();
+    return this.evalsha(client, script, numKeys, list);
   }
 
   // FUNCTION LOAD of the library on this connection's server, or on every primary of a cluster
@@ -534,20 +570,66 @@ export class RedisStore implements Store, SharedOps {
   // back what other groups consumed: that goes to the refund queue, and the answer reports the
   // counters as they were before this request.
   private combine(all: readonly LimitCheck[], groups: GroupResult[], options: DecideOptions): Decision {
-    const outcomes: (LimitOutcome & { remainingBefore: number; resetBefore: number })[] = [];
-    for (const g of groups) g.checks.forEach((i, j) => (outcomes[i] = g.outcomes[j]));
+    const outcomes: LimitOutcome[] = [];
+    const before: Before[] = [];
+    for (const g of groups) {
+      g.checks.forEach((i, j) => {
+        outcomes[i] = g.outcomes[j];
+        before[i] = g.before![j];
+      });
+    }
     const admitted = admits(all.map((c) => c.mode), outcomes.map((o) => o.allowed));
     if (!admitted && !options.countDeniedHits) {
       this.refunds.add(consumed(all, groups));
-      for (const o of outcomes) {
-        if (!o.consumed) continue;
+      outcomes.forEach((o, i) => {
+        if (!o.consumed) return;
         o.consumed = false;
-        o.remaining = o.remainingBefore;
-        o.resetMs = o.resetBefore;
-      }
+        o.remaining = before[i].remaining;
+        o.resetMs = before[i].resetMs;
+      });
     }
-    return { admitted, outcomes: outcomes.map(strip), storeTimeMs: latest(groups) };
+    return { admitted, outcomes, storeTimeMs: latest(groups) };
   }
+}
+
+type DecideRequests = readonly { all: readonly LimitCheck[]; idx: number[] }[];
+
+// The decide script's keys and arguments for `requests` (see lua/decide.lua): the counters' keys;
+// then whether denied hits count, the time, the scope and the number of requests, and per request
+// its number of limits and each limit's spec and hits.
+export function decideArgs(requests: DecideRequests, countDenied: boolean, time: string, scope: string): [number, Arg[]] {
+  const keys: Arg[] = [];
+  const argv: Arg[] = [countDenied ? '1' : '0', time, scope, requests.length];
+  for (const r of requests) {
+    argv.push(r.idx.length);
+    for (const i of r.idx) {
+      const c = r.all[i];
+      keys.push(c.key);
+      argv.push(decideSpec(c), c.hits);
+    }
+  }
+  const n = keys.length;
+  for (const a of argv) keys.push(a);
+  return [n, keys];
+}
+
+// The same call as decideArgs() gives, as FCALL of `fn` written in RESP.
+export function decideWire(fn: string, requests: DecideRequests, countDenied: boolean, time: string, scope: string): Buffer {
+  let limits = 0;
+  for (const r of requests) limits += r.idx.length;
+  // FCALL, fn, numkeys, the keys; 4 arguments, then per request 1 and per limit 2.
+  const w = new RespWriter(3 + limits + 4 + requests.length + 2 * limits, 128 + 120 * limits);
+  w.text('FCALL').text(fn).uint(limits);
+  for (const r of requests) for (const i of r.idx) w.text(r.all[i].key);
+  w.text(countDenied ? '1' : '0').text(time).text(scope).uint(requests.length);
+  for (const r of requests) {
+    w.uint(r.idx.length);
+    for (const i of r.idx) {
+      const c = r.all[i];
+      w.text(decideSpec(c)).uint(c.hits);
+    }
+  }
+  return w.done();
 }
 
 // The decide script's time: whole microseconds of Redis' clock, or a test's explicit time in ms
@@ -587,26 +669,27 @@ function decodeState(raw: unknown, spec?: LimitSpec, nowMs = 0): State | undefin
 
 // What the script decided for one limit (`flags`: 1 allowed, 2 consumed), and what follows from
 // the counter's state before and the script's time: the same view and decide functions as the
-// memory store's, so both stores answer alike.
-function outcomeFrom(c: LimitCheck, flags: number, raw: unknown, now: number): LimitOutcome & { remainingBefore: number; resetBefore: number } {
+// memory store's, so both stores answer alike. With `before`, the counter before the request is
+// added to it.
+function outcomeFrom(c: LimitCheck, flags: number, raw: unknown, now: number, before?: Before[]): LimitOutcome {
   const impl = implFor(c);
-  const before = decodeState(raw, c, now);
+  const state = decodeState(raw, c, now);
   const allowed = (flags & 1) === 1;
   const consumed = (flags & 2) === 2;
-  const verdict = impl.decide(before, c, c.hits, now);
-  const was = impl.view(before, c, now);
+  const verdict = impl.decide(state, c, c.hits, now);
+  const was = impl.view(state, c, now);
   const after = consumed ? impl.view(verdict.next, c, now) : was;
-  return {
+  before?.push({ remaining: was.remaining, resetMs: was.resetMs });
+  const outcome: LimitOutcome = {
     allowed,
     consumed,
     remaining: after.remaining,
     resetMs: after.resetMs,
     retryAfterMs: allowed ? 0 : verdict.retryAfterMs,
     usedBefore: was.used,
-    remainingBefore: was.remaining,
-    resetBefore: was.resetMs,
-    ...(c.layout === 'pool' ? { held: before === undefined ? undefined : poolUnits(consumed ? verdict.next : before, now) } : {}),
   };
+  if (c.layout === 'pool') outcome.held = state === undefined ? undefined : poolUnits(consumed ? verdict.next : state, now);
+  return outcome;
 }
 
 // What the groups consumed, as refunds (each at its own group's Redis time).
@@ -625,16 +708,4 @@ function consumed(all: readonly LimitCheck[], groups: GroupResult[]): RefundEntr
 // A multi-slot decision's time: the latest of its groups' clocks (cluster nodes' clocks differ).
 function latest(groups: GroupResult[]): number | undefined {
   return groups.length === 0 ? undefined : groups.reduce((t, g) => Math.max(t, g.now), -Infinity);
-}
-
-function strip(o: LimitOutcome & { remainingBefore: number; resetBefore: number }): LimitOutcome {
-  return {
-    allowed: o.allowed,
-    consumed: o.consumed,
-    remaining: o.remaining,
-    resetMs: o.resetMs,
-    retryAfterMs: o.retryAfterMs,
-    usedBefore: o.usedBefore,
-    ...(o.held !== undefined || 'held' in o ? { held: o.held } : {}),
-  };
 }
