@@ -83,11 +83,11 @@ export class BreakerStage extends Stage {
   }
 
   override decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
-    return this.guarded(() => this.inner.decide(checks, options));
+    return this.guarded(checks, options, false);
   }
 
   override peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
-    return this.guarded(() => this.inner.peek(checks, options));
+    return this.guarded(checks, options, true);
   }
 
   override async close(): Promise<void> {
@@ -96,19 +96,28 @@ export class BreakerStage extends Stage {
     await this.inner.close();
   }
 
-  private async guarded(call: () => Promise<Decision>): Promise<Decision> {
-    if (!this.breaker.allows()) throw new BreakerOpen(this.breaker.current === 'open' ? 'open' : 'recovering');
+  // Not an async function: one promise per call fewer on every request's path.
+  private guarded(checks: readonly LimitCheck[], options: DecideOptions, peek: boolean): Promise<Decision> {
+    if (!this.breaker.allows()) return Promise.reject(new BreakerOpen(this.breaker.current === 'open' ? 'open' : 'recovering'));
     const id = ++this.seq;
     this.inflight.set(id, this.o.clock.now());
+    let call: Promise<Decision>;
     try {
-      const decision = await call();
-      this.inflight.delete(id);
-      this.breaker.success();
-      return decision;
+      call = peek ? this.inner.peek(checks, options) : this.inner.decide(checks, options);
     } catch (err) {
-      this.failed(id, err);
-      throw err;
+      call = Promise.reject(err);
     }
+    return call.then(
+      (decision) => {
+        this.inflight.delete(id);
+        this.breaker.success();
+        return decision;
+      },
+      (err: unknown) => {
+        this.failed(id, err);
+        throw err;
+      },
+    );
   }
 
   private failed(id: number, err: unknown): void {

@@ -87,14 +87,22 @@ export class LeaseStage extends Stage {
     return r !== undefined && r.hotUntil > this.o.clock.now();
   }
 
-  override async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+  // Not an async function: a request no lease serves goes on with no promise of this stage's own.
+  override decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
     // Upstream counting wants every hit in Redis.
     if (options.countDeniedHits) return this.inner.decide(checks, options);
     // Each check's lease size, once (it counts the key's rate). Most requests have no check a
     // lease can serve: they go on at once, without a reservation (a promise) per check.
     const sizes = checks.map((c) => this.leaseSize(c));
     const now = this.o.clock.now();
-    if (!checks.some((c, i) => this.leasable(c, sizes[i], now))) return this.exhaustedDenial(checks) ?? this.inner.decide(checks, options);
+    if (!checks.some((c, i) => this.leasable(c, sizes[i], now))) {
+      const denied = this.exhaustedDenial(checks);
+      return denied === undefined ? this.inner.decide(checks, options) : Promise.resolve(denied);
+    }
+    return this.decideLeased(checks, options, sizes);
+  }
+
+  private async decideLeased(checks: readonly LimitCheck[], options: DecideOptions, sizes: number[]): Promise<Decision> {
     const waitMs = Math.max(0, this.o.waitMs(options));
     const reserved = await Promise.all(checks.map((c, i) => this.reserve(c, sizes[i], waitMs)));
     const denied = this.exhaustedDenial(checks);

@@ -37,7 +37,8 @@ export class OverLimitCacheStage extends Stage {
     o.onCache?.(this.cache);
   }
 
-  override async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+  // Not an async function: most requests go on to the store with no promise of this stage's own.
+  override decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
     if (options.countDeniedHits && !this.o.whenCounting) return this.inner.decide(checks, options);
     const now = this.o.clock.now();
     // Most requests find nothing remembered: nothing is allocated for them.
@@ -48,7 +49,11 @@ export class OverLimitCacheStage extends Stage {
       if (until !== undefined) (cached ??= new Array<number | undefined>(checks.length))[i] = until;
     }
     if (cached === undefined) return this.decideAndRemember(checks, options);
-    const remembered = cached;
+    return this.decideRemembered(checks, options, cached, now);
+  }
+
+  // Some limits are remembered as denied: those are answered here, the others asked.
+  private async decideRemembered(checks: readonly LimitCheck[], options: DecideOptions, remembered: (number | undefined)[], now: number): Promise<Decision> {
     const denied = checks.flatMap((_, i) => (remembered[i] === undefined ? [] : [i]));
     const rest = checks.flatMap((_, i) => (remembered[i] === undefined ? [i] : []));
     const outcomes: LimitOutcome[] = [];
