@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type http2 from 'node:http2';
 import { Metadata, status as Status } from '@grpc/grpc-js';
-import type { DeadlineList, Expiring } from './deadlines';
+import type { DeadlineList, Expiring } from '../../deadline-list';
 import { type CallError, encodeMessage, frame, FrameError, FrameReader, frameMessage, parseTimeout } from './framing';
 
 // One gRPC call on one HTTP/2 stream. To a handler it looks like the grpc-js call objects sluice's

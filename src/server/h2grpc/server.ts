@@ -6,7 +6,7 @@ import type { Logger } from '../../logger';
 import { drainCalls, type ServiceEntry } from '../grpc';
 import type { ServerTls } from '../tls';
 import { Call, type CallOwner, ignoreError, type Method, respondStatus } from './call';
-import { DeadlineList } from './deadlines';
+import { DeadlineList } from '../../deadline-list';
 import { keepalive, type Keepalive, sessionOptions } from './options';
 
 // A gRPC server on node:http2 (GRPC_SERVER_IMPL=http2) for the services grpc-js would carry, from

@@ -1,3 +1,4 @@
+import { DeadlineList, type Expiring } from '../../deadline-list';
 import type { DecideOptions, Decision, LimitCheck, Store } from '../store';
 import type { LagMonitor } from './lag';
 import { Stage } from './stage';
@@ -29,6 +30,9 @@ export class DeadlineExceeded extends Error {
 // Time belongs to the caller: a call waits for Redis until the caller's deadline minus the margin
 // (STORE_DEADLINE only when the caller gave none), never a fixed shorter time.
 export class DeadlineStage extends Stage {
+  // Calls waiting for Redis, behind one timer (not a timer per call).
+  private readonly waiting = new DeadlineList();
+
   constructor(
     inner: Store,
     private readonly o: DeadlineOptions,
@@ -53,36 +57,61 @@ export class DeadlineStage extends Stage {
     return this.bounded(options, () => this.inner.peek(checks, options));
   }
 
+  override close(): Promise<void> {
+    this.waiting.close();
+    return super.close();
+  }
+
   private bounded(options: DecideOptions, start: () => Promise<Decision>): Promise<Decision> {
     const budget = this.budgetMs(options);
     if (budget <= 0) return Promise.reject(new DeadlineExceeded('no time left before the caller deadline', false, 0));
-    const startedAt = performance.now();
-    const call = start();
+    const waiter = new Waiter(budget, this.o.lag, start());
+    this.waiting.add(waiter);
     return new Promise<Decision>((resolve, reject) => {
-      let answered = false;
-      const timer = setTimeout(() => {
-        // Let I/O that is already waiting be read first: an answer sitting in the socket while
-        // this process was busy is an answer in time, not a Redis failure.
-        setImmediate(() => {
-          if (answered) return;
-          const lag = this.o.lag.maxLagSince(startedAt);
-          const redisFault = lag < budget / 2;
-          const why = redisFault ? '' : ` (this process was busy: event-loop lag ${Math.round(lag)} ms)`;
-          reject(new DeadlineExceeded(`no answer from Redis within ${Math.round(budget)} ms${why}`, redisFault, lag, call));
-        });
-      }, budget);
-      call.then(
+      waiter.reject = reject;
+      waiter.call.then(
         (value) => {
-          answered = true;
-          clearTimeout(timer);
+          waiter.answered = true;
+          this.waiting.remove(waiter);
           resolve(value);
         },
         (error: unknown) => {
-          answered = true;
-          clearTimeout(timer);
+          waiter.answered = true;
+          this.waiting.remove(waiter);
           reject(error);
         },
       );
+    });
+  }
+}
+
+// One call waiting for Redis within its budget.
+class Waiter implements Expiring {
+  readonly deadlineAt: number;
+  readonly startedAt = performance.now();
+  prev: Expiring | undefined = undefined;
+  next: Expiring | undefined = undefined;
+  listed = false;
+  answered = false;
+  reject: (err: unknown) => void = () => undefined;
+
+  constructor(
+    private readonly budget: number,
+    private readonly lag: LagMonitor,
+    readonly call: Promise<Decision>,
+  ) {
+    this.deadlineAt = Date.now() + budget;
+  }
+
+  expire(): void {
+    // Let I/O that is already waiting be read first: an answer sitting in the socket while this
+    // process was busy is an answer in time, not a Redis failure.
+    setImmediate(() => {
+      if (this.answered) return;
+      const lag = this.lag.maxLagSince(this.startedAt);
+      const redisFault = lag < this.budget / 2;
+      const why = redisFault ? '' : ` (this process was busy: event-loop lag ${Math.round(lag)} ms)`;
+      this.reject(new DeadlineExceeded(`no answer from Redis within ${Math.round(this.budget)} ms${why}`, redisFault, lag, this.call));
     });
   }
 }

@@ -1,7 +1,8 @@
-// Calls waiting for their grpc-timeout, in deadline order, behind one timer per server instead of
-// one per call. Callers (Envoy) send the same timeout on every call, so a new deadline almost always
-// goes last: insertion scans from the tail. The timer is armed for the earliest deadline and, when
-// that call has already answered, simply re-armed for the new head when it fires.
+// Calls waiting for a deadline (a gRPC call's grpc-timeout, a store call's budget), in deadline
+// order, behind one timer per list instead of one per call. Callers (Envoy) send the same timeout on
+// every call, so a new deadline almost always goes last: insertion scans from the tail. The timer
+// is armed for the earliest deadline and, when that call has already answered, simply re-armed for
+// the new head when it fires.
 
 export interface Expiring {
   deadlineAt: number;
