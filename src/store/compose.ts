@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { type Clock, monotonicClock } from '../clock';
+import { specOf } from '../limiter/algorithms';
 import type { Settings } from '../settings';
 import type { BreakerOptions } from './breaker';
 import type { StoreEvents } from './events';
@@ -218,7 +219,7 @@ class Lifecycle extends Stage {
 // Puts back what this replica last saw of every counter, after Redis lost its data.
 async function restore(shared: Pick<SharedOps, 'restore'>, lastKnown: LastKnown, events: StoreEvents): Promise<void> {
   const entries: RestoreEntry[] = [];
-  for (const k of lastKnown.all()) entries.push({ key: k.key, ...k.spec, remaining: k.remaining, atMs: k.atMs });
+  for (const k of lastKnown.all()) entries.push({ key: k.key, ...specOf(k.spec), remaining: k.remaining, atMs: k.atMs });
   for (let i = 0; i < entries.length; i += MAX_BATCH) await shared.restore(entries.slice(i, i + MAX_BATCH));
   events.restored(entries.length);
 }

@@ -1,4 +1,4 @@
-import { type LimitSpec, specOf } from '../../limiter/algorithms';
+import type { LimitSpec } from '../../limiter/algorithms';
 import { BoundedMap } from '../bounded-map';
 import type { Decision, LimitCheck } from '../store';
 
@@ -26,8 +26,10 @@ export class LastKnown {
     });
   }
 
+  // The check itself is kept as the spec (it is one, and is not changed after it is made): no
+  // copy per limit and decision.
   recordOne(check: LimitCheck, remaining: number, atMs: number): void {
-    this.known.set(check.key, { key: check.key, spec: specOf(check), remaining, atMs });
+    this.known.set(check.key, { key: check.key, spec: check, remaining, atMs });
   }
 
   get(key: string): Known | undefined {
