@@ -4,6 +4,8 @@
 // is armed for the earliest deadline and, when that call has already answered, simply re-armed for
 // the new head when it fires.
 
+const MAX_TIMER_MS = 2_147_483_647;
+
 export interface Expiring {
   deadlineAt: number;
   prev: Expiring | undefined;
@@ -50,7 +52,9 @@ export class DeadlineList {
   private arm(at: number): void {
     clearTimeout(this.timer);
     this.armedAt = at;
-    this.timer = setTimeout(this.fire, Math.max(0, at - Date.now()));
+    // setTimeout takes at most 2^31 - 1 ms (longer fires after 1 ms): a later deadline (a
+    // grpc-timeout may say 99,999,999 hours) is looked at again after that long.
+    this.timer = setTimeout(this.fire, Math.min(MAX_TIMER_MS, Math.max(0, at - Date.now())));
     this.timer.unref();
   }
 

@@ -246,7 +246,7 @@ export class RedisStore implements Store, SharedOps {
     // command is written here as bytes (store/resp.ts); the argument list is built only where the
     // bytes cannot go (EVALSHA on a server without functions).
     const reply = (
-      client === undefined && !this.options.cluster
+      client === undefined && !this.options.cluster && this.functions
         ? await this.runWire(operation, 'decide', decideWire(this.scripts.functions.decide, requests, countDenied, time, scope), () => decideArgs(requests, countDenied, time, scope))
         : await this.run(operation, 'decide', ...decideArgs(requests, countDenied, time, scope), client)
     ) as unknown[];
