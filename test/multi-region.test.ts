@@ -300,7 +300,19 @@ describe('multi-region', () => {
       await waitReady(app, 20_000);
       await awayFromWindowEdge(3_600_000, 30_000);
       const call = (deadlineMs: number) => callWithDeadline(app, { domain: 'mr', descriptors: [d(['tenant', 't1'])] }, deadlineMs);
-      for (let i = 0; i < 20; i++) assert.equal((await call(1000)).overallCode, 1);
+      // 20 admitted. The region starts without an allowance: its first call waits for a lease
+      // three round trips at most (and is denied rather than wait longer); a busy machine can make
+      // it miss that. Once one call is admitted the region holds units, and none is denied.
+      let admitted = 0;
+      let denied = 0;
+      while (admitted < 20 && denied < 3) {
+        if ((await call(1000)).overallCode === 1) admitted++;
+        else {
+          assert.equal(admitted, 0, 'a call was denied after the region held an allowance');
+          denied++;
+        }
+      }
+      assert.equal(admitted, 20);
       regional.pause();
       const during = [];
       for (let i = 0; i < 10; i++) during.push(await call(100));
