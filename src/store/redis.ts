@@ -7,7 +7,7 @@ import { admits } from '../limiter/policy';
 import type { StoreEvents } from './events';
 import { poolImpl, poolUnits } from './region/pool';
 import { RefundQueue, type RefundQueueOptions } from './refund-queue';
-import { RespWriter, WireCommand } from './resp';
+import { encodeCall, WireCommand } from './resp';
 import { loadScripts, type ScriptName, type Scripts } from './scripts';
 import { PartialWrite, type AbsorbEntry, type AllowanceCredit, type LeaseGrant, MAX_BATCH, type RegionDemand, type RefundEntry, type RestoreEntry, type SharedOps } from './shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from './store';
@@ -241,14 +241,13 @@ export class RedisStore implements Store, SharedOps {
     operation: string,
     client?: RedisClient,
   ): Promise<(GroupResult | Error)[]> {
-    const time = this.time();
+    const [numKeys, args] = decideArgs(requests, countDenied, this.time(), scope);
     // On one Redis (not a cluster, whose client routes a command by its arguments' keys) the
-    // command is written here as bytes (store/resp.ts); the argument list is built only where the
-    // bytes cannot go (EVALSHA on a server without functions).
+    // command is written here as bytes (store/resp.ts).
     const reply = (
       client === undefined && !this.options.cluster && this.functions
-        ? await this.runWire(operation, 'decide', decideWire(this.scripts.functions.decide, requests, countDenied, time, scope), () => decideArgs(requests, countDenied, time, scope))
-        : await this.run(operation, 'decide', ...decideArgs(requests, countDenied, time, scope), client)
+        ? await this.runWire(operation, 'decide', encodeCall('FCALL', this.scripts.functions.decide, numKeys, args), numKeys, args)
+        : await this.run(operation, 'decide', numKeys, args, client)
     ) as unknown[];
     const now = replyTime(reply[0]);
     let p = 1;
@@ -462,7 +461,7 @@ export class RedisStore implements Store, SharedOps {
   private async run(operation: string, script: ScriptName, numKeys: number, args: Arg[], client?: RedisClient): Promise<unknown> {
     const result = await this.timed(operation, () => {
       const c = client ?? this.client();
-      return this.call(c, script, () => send(c, 'fcall', this.scripts.functions[script], numKeys, args), () => [numKeys, args]);
+      return this.call(c, script, () => send(c, 'fcall', this.scripts.functions[script], numKeys, args), numKeys, args);
     });
     this.ran(script);
     return result;
@@ -470,7 +469,7 @@ export class RedisStore implements Store, SharedOps {
 
   // As run(), for FCALL written as bytes on one Redis: `wire` (see store/resp.ts), and the same
   // call's arguments in case EVALSHA must take its place.
-  private async runWire(operation: string, script: ScriptName, wire: Buffer, args: () => [number, Arg[]]): Promise<unknown> {
+  private async runWire(operation: string, script: ScriptName, wire: Buffer, numKeys: number, args: Arg[]): Promise<unknown> {
     const result = await this.timed(operation, () => {
       const c = this.client() as Redis;
       const fcall = (): Promise<unknown> => {
@@ -478,7 +477,7 @@ export class RedisStore implements Store, SharedOps {
         c.sendCommand(command);
         return command.promise;
       };
-      return this.call(c, script, fcall, args);
+      return this.call(c, script, fcall, numKeys, args);
     });
     this.ran(script);
     return result;
@@ -506,8 +505,8 @@ export class RedisStore implements Store, SharedOps {
   // FCALL of the script's function in sluice's library, loading the library where it is missing
   // (a new server, a restart without persistence, FUNCTION FLUSH, a new cluster node) and trying
   // once more. On a server without Functions (Redis < 7): EVALSHA from then on.
-  // `fcall` sends the FCALL; `args` gives the call's key count and arguments for EVALSHA.
-  private async call(client: RedisClient, script: ScriptName, fcall: () => Promise<unknown>, args: () => [number, Arg[]]): Promise<unknown> {
+  // `fcall` sends the FCALL; `numKeys` and `args` are the same call's, for EVALSHA.
+  private async call(client: RedisClient, script: ScriptName, fcall: () => Promise<unknown>, numKeys: number, args: Arg[]): Promise<unknown> {
     if (this.functions) {
       try {
         return await fcall();
@@ -521,8 +520,7 @@ export class RedisStore implements Store, SharedOps {
         }
       }
     }
-    const [numKeys, list] = args();
-    return this.evalsha(client, script, numKeys, list);
+    return this.evalsha(client, script, numKeys, args);
   }
 
   // FUNCTION LOAD of the library on this connection's server, or on every primary of a cluster
@@ -611,25 +609,6 @@ export function decideArgs(requests: DecideRequests, countDenied: boolean, time:
   const n = keys.length;
   for (const a of argv) keys.push(a);
   return [n, keys];
-}
-
-// The same call as decideArgs() gives, as FCALL of `fn` written in RESP.
-export function decideWire(fn: string, requests: DecideRequests, countDenied: boolean, time: string, scope: string): Buffer {
-  let limits = 0;
-  for (const r of requests) limits += r.idx.length;
-  // FCALL, fn, numkeys, the keys; 4 arguments, then per request 1 and per limit 2.
-  const w = new RespWriter(3 + limits + 4 + requests.length + 2 * limits, 128 + 120 * limits);
-  w.text('FCALL').text(fn).uint(limits);
-  for (const r of requests) for (const i of r.idx) w.text(r.all[i].key);
-  w.text(countDenied ? '1' : '0').text(time).text(scope).uint(requests.length);
-  for (const r of requests) {
-    w.uint(r.idx.length);
-    for (const i of r.idx) {
-      const c = r.all[i];
-      w.text(decideSpec(c)).uint(c.hits);
-    }
-  }
-  return w.done();
 }
 
 // The decide script's time: whole microseconds of Redis' clock, or a test's explicit time in ms

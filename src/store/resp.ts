@@ -88,6 +88,18 @@ export class RespWriter {
   }
 }
 
+// `command fn numKeys ...args` (FCALL, EVALSHA) in RESP; numbers as their decimal text.
+export function encodeCall(command: string, fn: string, numKeys: number, args: readonly (string | number)[]): Buffer {
+  let size = 64 + fn.length;
+  for (const a of args) size += typeof a === 'string' ? a.length + 16 : 24;
+  const w = new RespWriter(args.length + 3, size).text(command).text(fn).uint(numKeys);
+  for (const a of args) {
+    if (typeof a === 'number') w.uint(a);
+    else w.text(a);
+  }
+  return w.done();
+}
+
 function digitCount(n: number): number {
   let d = 1;
   while (n >= 10) {
