@@ -9,7 +9,8 @@ import { type ConnectionsRow, CONNECTION_PROCESSES, measureConnections } from '.
 import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, waitReady } from './fleet';
 import { peerRequest, pin, type Running, tasksetAvailable, writeConfig } from './peer';
 
-// sluice on grpc-js beside sluice on its own node:http2 server (GRPC_SERVER_IMPL=http2), same
+// sluice on grpc-js beside sluice's own gRPC server on node:http2 (GRPC_SERVER_IMPL=http2) and on
+// its own HTTP/2 (GRPC_SERVER_IMPL=sluice, the default), same
 // Redis, config and requests (`BENCH_SECTIONS=grpc-impl npm run bench`): throughput rows (4
 // connections x 32 streams, grpc-timeout 1S; leases off and on; 1 and 3 descriptors; rounds
 // alternate, best kept) and the fleet shape of issue 18 (1,000 connections x 1 req/s, one stream
@@ -17,7 +18,7 @@ import { peerRequest, pin, type Running, tasksetAvailable, writeConfig } from '.
 // pinned to core 1, Redis and h2load on core 0. BENCH_GRPC_IMPL_PROFILE=<dir> also writes one
 // CPU profile per server (node --cpu-prof) of a throughput run and says where its time went.
 
-const IMPLS = ['grpc-js', 'http2'] as const;
+const IMPLS = ['grpc-js', 'http2', 'sluice'] as const;
 type Impl = (typeof IMPLS)[number];
 const ROUNDS = 2;
 
@@ -29,7 +30,7 @@ export interface ImplRow {
   p50Ms: number;
   p99Ms: number;
   serverCpuUsPerReq: number;
-  // http2 row / the grpc-js row of the same shape.
+  // This row / the grpc-js row of the same shape.
   ratio?: number;
 }
 
@@ -131,7 +132,7 @@ export async function grpcImplBench(requests: number): Promise<GrpcImplBench | s
       out.commands = [
         "h2load -n N -c 4 -m 32 -t 1 -d <request> -H 'content-type: application/grpc' -H 'te: trailers' -H 'grpc-timeout: 1S' --log-file <latencies>",
         `${CONNECTION_PROCESSES} x ${m.command.replace(/-d \S+/, '-d <3 descriptors>').replace(/127\.0\.0\.1:\d+/, '127.0.0.1:<port>').replace(/--log-file=\S+/, '--log-file=<latencies>')}, started 0.1 s apart`,
-        `sluice: node dist/src/main.js serve --config <dir>/bench/config --store redis --redis-url 127.0.0.1:<port> --store-deadline 1s --workers 1 --grpc-server-impl grpc-js|http2 [--lease-auto-threshold 0]${pinned ? ' (then taskset -a -p -c 1 <pid>)' : ''}`,
+        `sluice: node dist/src/main.js serve --config <dir>/bench/config --store redis --redis-url 127.0.0.1:<port> --store-deadline 1s --workers 1 --grpc-server-impl grpc-js|http2|sluice [--lease-auto-threshold 0]${pinned ? ' (then taskset -a -p -c 1 <pid>)' : ''}`,
       ];
     }
     for (const t of servers) out.degraded += metricSum(await (await fetch(t.metricsUrl!)).text(), 'sluice_degraded_decisions_total');

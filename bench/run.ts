@@ -126,7 +126,7 @@ async function main(): Promise<void> {
     }
   }
   if (wanted('grpc-impl')) {
-    console.log(`\nsluice on grpc-js vs on its own node:http2 server (GRPC_SERVER_IMPL), same Redis and requests; ${fmt(requests)} requests a row, best of 2 alternating rounds:`);
+    console.log(`\nsluice on grpc-js vs its own gRPC server on node:http2 and on its own HTTP/2 (GRPC_SERVER_IMPL), same Redis and requests; ${fmt(requests)} requests a row, best of 2 alternating rounds:`);
     const g = await grpcImplBench(requests);
     if (typeof g === 'string') console.log(`  ${g}`);
     else {

@@ -40,8 +40,9 @@ export interface Settings {
   httpPort: number;
   grpcHost: string;
   grpcPort: number;
-  // Which gRPC server carries the gRPC listener: grpc-js, or server/h2grpc/ on node:http2.
-  grpcServerImpl: 'grpc-js' | 'http2';
+  // Which gRPC server carries the gRPC listener: server/h2grpc/ on its own HTTP/2 (wire.ts) or on
+  // node:http2, or grpc-js.
+  grpcServerImpl: 'grpc-js' | 'http2' | 'sluice';
   adminHost: string;
   adminPort: number;
   grpcTls: boolean;
@@ -215,7 +216,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'httpPort', flag: 'http-port', env: ['HTTP_PORT', 'PORT'], kind: 'port', def: 8080, help: 'HTTP port (/json, /healthcheck, /readyz, /livez, /metrics; /rlconfig is on the admin port)' },
   { key: 'grpcHost', flag: 'grpc-host', env: ['GRPC_HOST'], kind: 'string', def: '0.0.0.0', help: 'gRPC listen address' },
   { key: 'grpcPort', flag: 'grpc-port', env: ['GRPC_PORT'], kind: 'port', def: 8081, help: 'gRPC port (RLS, health, reflection)' },
-  { key: 'grpcServerImpl', flag: 'grpc-server-impl', env: ['GRPC_SERVER_IMPL'], kind: 'enum', def: 'http2', choices: ['http2', 'grpc-js'], help: "gRPC server: http2 (sluice's own on node:http2: the services and gRPC behaviour of grpc-js with less work per call), or grpc-js" },
+  { key: 'grpcServerImpl', flag: 'grpc-server-impl', env: ['GRPC_SERVER_IMPL'], kind: 'enum', def: 'sluice', choices: ['sluice', 'http2', 'grpc-js'], help: "gRPC server: sluice (sluice's own gRPC on its own HTTP/2: the services and gRPC behaviour of grpc-js with less work per call and per connection), http2 (the same gRPC on node:http2), or grpc-js" },
   { key: 'adminHost', flag: 'admin-host', env: ['ADMIN_HOST', 'DEBUG_HOST'], kind: 'string', def: '127.0.0.1', help: 'admin listen address (/rlconfig, /explain, /settings); localhost unless you open it' },
   { key: 'adminPort', flag: 'admin-port', env: ['ADMIN_PORT', 'DEBUG_PORT'], kind: 'port', def: 6070, help: 'admin port (upstream debug port)' },
   { key: 'grpcTls', flag: 'grpc-tls', env: ['GRPC_SERVER_USE_TLS'], kind: 'bool', def: false, help: 'TLS on the gRPC listener' },

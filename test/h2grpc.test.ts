@@ -13,13 +13,15 @@ import { d, type Running, startApp } from './support/app';
 import { REPO } from './support/process';
 import { grpcFrame, grpcMessages, SHOULD_RATE_LIMIT } from './support/raw-grpc';
 
-// GRPC_SERVER_IMPL=http2 (src/server/h2grpc/) at the edges of the protocol, each case sent as raw
-// HTTP/2 to both servers: where grpc-js has an answer, the http2 server must give the same one.
-// The rest of the gRPC behaviour runs through the whole suite with SLUICE_GRPC_SERVER_IMPL=http2.
+// GRPC_SERVER_IMPL=sluice and http2 (src/server/h2grpc/, on sluice's own HTTP/2 and on
+// node:http2) at the edges of the protocol, each case sent as raw HTTP/2 to every server: where
+// grpc-js has an answer, both must give the same one. The rest of the gRPC behaviour runs through
+// the whole suite on the default server (SLUICE_GRPC_SERVER_IMPL picks another).
 
 const CONFIG = path.join(REPO, 'examples/config');
 const REQUEST = RateLimitRequest.encode({ domain: 'edge', descriptors: [d(['tenant', 'internal'])], hitsAddend: 0 }).finish();
-const IMPLS = ['grpc-js', 'http2'] as const;
+const IMPLS = ['grpc-js', 'http2', 'sluice'] as const;
+const OWN = ['sluice', 'http2'] as const;
 
 interface Answer {
   httpStatus: number;
@@ -82,7 +84,7 @@ function gzipFrame(message: Uint8Array): Buffer {
   return frame;
 }
 
-describe('raw HTTP/2 edge cases: the http2 server answers as grpc-js does', () => {
+describe('raw HTTP/2 edge cases: the sluice and http2 servers answer as grpc-js does', () => {
   const apps = new Map<string, Running>();
   const sessions = new Map<string, http2.ClientHttp2Session>();
 
@@ -98,9 +100,9 @@ describe('raw HTTP/2 edge cases: the http2 server answers as grpc-js does', () =
     for (const a of apps.values()) await a.stop();
   });
 
-  const both = async (s: Send) => {
-    const [grpcJs, h2] = await Promise.all(IMPLS.map((impl) => send(sessions.get(impl)!, s)));
-    return { grpcJs, h2 };
+  const every = async (s: Send) => {
+    const [grpcJs, ...own] = await Promise.all(IMPLS.map((impl) => send(sessions.get(impl)!, s)));
+    return { grpcJs, own };
   };
 
   const frame = grpcFrame(REQUEST);
@@ -119,19 +121,24 @@ describe('raw HTTP/2 edge cases: the http2 server answers as grpc-js does', () =
   ];
   for (const [name, s, expected] of cases) {
     test(name, async () => {
-      const { grpcJs, h2 } = await both(s);
-      assert.deepEqual(status(h2), status(grpcJs));
-      assert.deepEqual({ ...status(h2), ...expected }, status(h2));
-      if (h2.messages.length === 1) assert.equal(RateLimitResponse.decode(h2.messages[0]).overallCode, Code.OK);
+      const { grpcJs, own } = await every(s);
+      assert.equal(own.length, 2);
+      for (const h2 of own) {
+        assert.deepEqual(status(h2), status(grpcJs));
+        assert.deepEqual({ ...status(h2), ...expected }, status(h2));
+        if (h2.messages.length === 1) assert.equal(RateLimitResponse.decode(h2.messages[0]).overallCode, Code.OK);
+      }
     });
   }
 
   test('a compressed flag without grpc-encoding: INTERNAL (grpc-js reads it as uncompressed; the spec calls it a protocol error)', async () => {
     const flagged = Buffer.from(frame);
     flagged[0] = 1;
-    const h2 = await send(sessions.get('http2')!, { chunks: [flagged] });
-    assert.equal(h2.grpcStatus, grpc.status.INTERNAL);
-    assert.equal(h2.grpcMessage, 'Received a compressed message but no grpc-encoding');
+    for (const impl of OWN) {
+      const h2 = await send(sessions.get(impl)!, { chunks: [flagged] });
+      assert.equal(h2.grpcStatus, grpc.status.INTERNAL);
+      assert.equal(h2.grpcMessage, 'Received a compressed message but no grpc-encoding');
+    }
   });
 
   test('grpc-message is percent-encoded: bytes outside printable ASCII and % itself', () => {
@@ -155,9 +162,9 @@ async function until(condition: () => boolean): Promise<void> {
   while (!condition()) await new Promise((r) => setTimeout(r, 5));
 }
 
-describe('deadlines, cancellation and drain on the http2 server', () => {
+for (const impl of OWN) describe(`deadlines, cancellation and drain on the ${impl} server`, () => {
   test('grpc-timeout: the handler gets the deadline as grpc-js gives it, DEADLINE_EXCEEDED when it passes, nothing written after', async () => {
-    const app = await startApp({ configPaths: [CONFIG], grpcServerImpl: 'http2' });
+    const app = await startApp({ configPaths: [CONFIG], grpcServerImpl: impl });
     const { held, releaseAll } = holdDecisions(app);
     const session = http2.connect(`http://127.0.0.1:${app.grpcPort}`);
     const before = Date.now();
@@ -177,7 +184,7 @@ describe('deadlines, cancellation and drain on the http2 server', () => {
   });
 
   test("a client RST_STREAM: a unary call's late answer is dropped and the connection serves on; a health Watch stops watching", async () => {
-    const app = await startApp({ configPaths: [CONFIG], grpcServerImpl: 'http2' });
+    const app = await startApp({ configPaths: [CONFIG], grpcServerImpl: impl });
     const { held } = holdDecisions(app);
     const session = http2.connect(`http://127.0.0.1:${app.grpcPort}`);
     const req = session.request({ ':method': 'POST', ':path': SHOULD_RATE_LIMIT, 'content-type': 'application/grpc', te: 'trailers' });
@@ -209,7 +216,7 @@ describe('deadlines, cancellation and drain on the http2 server', () => {
   });
 
   test('drain: GOAWAY, the call in flight answered, the idle connection closed, no new streams', async () => {
-    const app = await startApp({ configPaths: [CONFIG], grpcServerImpl: 'http2' });
+    const app = await startApp({ configPaths: [CONFIG], grpcServerImpl: impl });
     const { held } = holdDecisions(app);
     const busy = http2.connect(`http://127.0.0.1:${app.grpcPort}`);
     const idle = http2.connect(`http://127.0.0.1:${app.grpcPort}`);
@@ -232,7 +239,7 @@ describe('deadlines, cancellation and drain on the http2 server', () => {
   });
 
   test('keepalive: with grpc.keepalive_time_ms set the server pings every connection', async () => {
-    const server = new H2GrpcServer({ 'grpc.keepalive_time_ms': 20, 'grpc.keepalive_timeout_ms': 5000 }, { calls: 0 });
+    const server = new H2GrpcServer({ 'grpc.keepalive_time_ms': 20, 'grpc.keepalive_timeout_ms': 5000 }, { calls: 0 }, impl);
     const port = await server.bind('127.0.0.1', 0);
     const session = http2.connect(`http://127.0.0.1:${port}`);
     let pings = 0;
@@ -243,6 +250,6 @@ describe('deadlines, cancellation and drain on the http2 server', () => {
   });
 
   test('a grpc-js option the http2 server does not implement is refused at start, by name', () => {
-    assert.throws(() => new H2GrpcServer({ 'grpc.max_connection_age_ms': 1000 }, { calls: 0 }), /GRPC_SERVER_IMPL=http2 does not implement the grpc-js server option\(s\) grpc.max_connection_age_ms/);
+    assert.throws(() => new H2GrpcServer({ 'grpc.max_connection_age_ms': 1000 }, { calls: 0 }, impl), new RegExp(`GRPC_SERVER_IMPL=${impl} does not implement the grpc-js server option\\(s\\) grpc.max_connection_age_ms`));
   });
 });

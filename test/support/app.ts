@@ -20,9 +20,9 @@ export interface Running {
   stop(): Promise<void>;
 }
 
-// SLUICE_GRPC_SERVER_IMPL=grpc-js runs the gRPC tests against grpc-js' server (default: the
-// default's, sluice's own on node:http2).
-export const GRPC_SERVER_IMPL = (process.env.SLUICE_GRPC_SERVER_IMPL ?? 'http2') as Settings['grpcServerImpl'];
+// SLUICE_GRPC_SERVER_IMPL=http2 or grpc-js runs the gRPC tests against that server (default: the
+// service's default, sluice's own gRPC on its own HTTP/2).
+export const GRPC_SERVER_IMPL = (process.env.SLUICE_GRPC_SERVER_IMPL ?? 'sluice') as Settings['grpcServerImpl'];
 
 // Boots the real service in this process on free loopback ports, with a gRPC client to it.
 export async function startApp(overrides: Partial<Settings>, options: AppOptions = {}): Promise<Running> {

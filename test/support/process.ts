@@ -21,7 +21,7 @@ export interface ServerProcess {
 export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}): Promise<ServerProcess> {
   const child = spawn(process.execPath, [MAIN, 'serve', '--grpc-port', '0', '--http-port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1', ...args], {
     cwd: REPO,
-    // SLUICE_GRPC_SERVER_IMPL=grpc-js runs the gRPC tests against grpc-js' server.
+    // SLUICE_GRPC_SERVER_IMPL=http2 or grpc-js runs the gRPC tests against that server.
     env: { PATH: process.env.PATH, GRPC_SERVER_IMPL: process.env.SLUICE_GRPC_SERVER_IMPL, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

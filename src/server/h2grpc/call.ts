@@ -24,18 +24,34 @@ export interface CallOwner {
 }
 
 const CALL = Symbol('h2grpc call');
-type CallStream = http2.ServerHttp2Stream & { [CALL]?: Call };
+
+// What a call needs of its HTTP/2 stream: node:http2's ServerHttp2Stream, or wire.ts' WireStream.
+export interface GrpcStream {
+  readonly destroyed: boolean;
+  readonly closed: boolean;
+  readonly session?: { readonly socket?: { readonly remoteAddress?: string; readonly remotePort?: number } | null } | null;
+  respond(headers: Readonly<Record<string, string | number>>, options?: { endStream?: boolean; waitForTrailers?: boolean }): void;
+  write(data: Buffer): boolean;
+  end(data?: Buffer): unknown;
+  sendTrailers(headers: Readonly<Record<string, string>>): void;
+  // Events: 'data' (a chunk), 'end', 'close', 'wantTrailers', 'error'.
+  on(event: string, listener: (this: never, chunk: Buffer) => void): unknown;
+  once(event: string, listener: (this: never) => void): unknown;
+}
+export type RequestHeaders = Record<string, string | string[] | undefined>;
+type CallStream = GrpcStream & { [CALL]?: Call };
 
 // As grpc-js answers (it advertises the encodings it can read).
-const RESPONSE_HEADERS = {
+// Frozen: the constant header blocks are encoded once (wire.ts).
+const RESPONSE_HEADERS = Object.freeze({
   ':status': 200,
   'content-type': 'application/grpc+proto',
   'grpc-accept-encoding': 'identity,deflate,gzip',
   'grpc-encoding': 'identity',
-};
+});
 const WAIT_FOR_TRAILERS = { waitForTrailers: true };
 const END_STREAM = { endStream: true };
-const OK_TRAILERS = { 'grpc-status': '0', 'grpc-message': 'OK' };
+const OK_TRAILERS = Object.freeze({ 'grpc-status': '0', 'grpc-message': 'OK' });
 
 // Stream listeners shared by every call (no closure per call): the call rides on the stream.
 function onData(this: CallStream, chunk: Buffer): void {
@@ -71,7 +87,7 @@ export class Call implements Expiring {
   next: Expiring | undefined = undefined;
   listed = false;
   request: unknown = undefined;
-  trailers: Record<string, string> = OK_TRAILERS;
+  trailers: Readonly<Record<string, string>> = OK_TRAILERS;
   private received = 0;
   private headersSent = false;
   private done = false;
@@ -81,7 +97,7 @@ export class Call implements Expiring {
 
   constructor(
     private readonly stream: CallStream,
-    private readonly headers: http2.IncomingHttpHeaders,
+    private readonly headers: RequestHeaders,
     private readonly method: Method,
     private readonly owner: CallOwner,
   ) {
@@ -115,7 +131,7 @@ export class Call implements Expiring {
   }
 
   get metadata(): Metadata {
-    return Metadata.fromHttp2Headers(this.headers);
+    return Metadata.fromHttp2Headers(this.headers as http2.IncomingHttpHeaders);
   }
 
   get cancelled(): boolean {
@@ -294,6 +310,6 @@ export class StreamingCall extends EventEmitter {
 }
 
 // An answer before any call exists (unknown method): status only.
-export function respondStatus(stream: http2.ServerHttp2Stream, code: number, details: string): void {
+export function respondStatus(stream: GrpcStream, code: number, details: string): void {
   stream.respond({ ...RESPONSE_HEADERS, 'grpc-status': String(code), 'grpc-message': encodeMessage(details) }, END_STREAM);
 }

@@ -3,7 +3,7 @@ import { bindGrpc, createGrpcServer, drainGrpc, type GrpcDeps, grpcServerOptions
 import { grpcCredentials, type ServerTls } from '../tls';
 import { H2GrpcServer } from './server';
 
-export type GrpcServerImpl = 'grpc-js' | 'http2';
+export type GrpcServerImpl = 'grpc-js' | 'http2' | 'sluice';
 
 // The gRPC listener as app.ts sees it, whichever server carries it (GRPC_SERVER_IMPL).
 export interface GrpcListener {
@@ -14,9 +14,9 @@ export interface GrpcListener {
 }
 
 export function createGrpcListener(impl: GrpcServerImpl, deps: GrpcDeps): GrpcListener {
-  if (impl === 'http2') {
+  if (impl !== 'grpc-js') {
     const active = { calls: 0 };
-    return new H2GrpcServer(grpcServerOptions(deps.service.bounds), active).addServices(grpcServices(deps, active));
+    return new H2GrpcServer(grpcServerOptions(deps.service.bounds), active, impl).addServices(grpcServices(deps, active));
   }
   const server = createGrpcServer(deps);
   return {

@@ -5,12 +5,16 @@ import { status as Status, type ServerOptions, type ServiceDefinition, type Unty
 import type { Logger } from '../../logger';
 import { drainCalls, type ServiceEntry } from '../grpc';
 import type { ServerTls } from '../tls';
-import { Call, type CallOwner, ignoreError, type Method, respondStatus } from './call';
+import { Call, type CallOwner, type GrpcStream, ignoreError, type Method, type RequestHeaders, respondStatus } from './call';
 import { DeadlineList } from '../../deadline-list';
-import { keepalive, type Keepalive, sessionOptions } from './options';
+import { keepalive, type Keepalive, keepaliveTimes, sessionOptions } from './options';
+import { WireServer, type WireOptions } from './wire';
 
-// A gRPC server on node:http2 (GRPC_SERVER_IMPL=http2) for the services grpc-js would carry, from
-// the same definitions and handlers (server/grpc.ts grpcServices), without grpc-js' per-call
+// Which HTTP/2 carries the calls: sluice's own (wire.ts) or node:http2.
+export type H2Transport = 'sluice' | 'http2';
+
+// A gRPC server (GRPC_SERVER_IMPL=sluice or http2) for the services grpc-js would carry, from the
+// same definitions and handlers (server/grpc.ts grpcServices), without grpc-js' per-call
 // machinery: no interceptor chain, no per-call timer (one deadline list per server), no closures
 // per call beyond the unary callback.
 export class H2GrpcServer implements CallOwner {
@@ -21,15 +25,20 @@ export class H2GrpcServer implements CallOwner {
   private readonly keepalive: Keepalive | undefined;
   private readonly http2Options: http2.ServerOptions;
   private server: http2.Http2Server | http2.Http2SecureServer | undefined;
+  private wire: WireServer | undefined;
+  private readonly wireOptions: WireOptions;
 
   // `active`: calls being answered, counted by the handlers; what a graceful stop waits for.
   constructor(
     options: ServerOptions,
     readonly active: { calls: number },
+    private readonly transport: H2Transport = 'sluice',
   ) {
     this.maxMessageBytes = options['grpc.max_receive_message_length'] ?? 4 * 1024 * 1024;
-    this.http2Options = sessionOptions(options);
+    this.http2Options = sessionOptions(options, transport);
     this.keepalive = keepalive(options);
+    const times = keepaliveTimes(options);
+    this.wireOptions = { maxConcurrentStreams: options['grpc.max_concurrent_streams'], keepaliveMs: times?.timeMs, keepaliveTimeoutMs: times?.timeoutMs };
   }
 
   addService(definition: ServiceDefinition, impl: UntypedServiceImplementation): void {
@@ -48,10 +57,16 @@ export class H2GrpcServer implements CallOwner {
   // Resolves with the port bound. With TLS, the certificate and client CA of `tls` (mTLS when it
   // has one), and new connections use the newest after each reload.
   bind(host: string, port: number, tls?: ServerTls): Promise<number> {
-    const server = tls === undefined ? http2.createServer(this.http2Options) : this.secureServer(tls);
-    this.server = server;
-    server.on('session', (session) => this.track(session));
-    server.on('stream', (stream, headers) => this.dispatch(stream, headers));
+    let server: http2.Http2Server | http2.Http2SecureServer | WireServer['server'];
+    if (this.transport === 'sluice') {
+      server = this.wireServer(tls);
+    } else {
+      const h2 = tls === undefined ? http2.createServer(this.http2Options) : this.secureServer(tls);
+      this.server = h2;
+      h2.on('session', (session) => this.track(session));
+      h2.on('stream', (stream, headers) => this.dispatch(stream, headers));
+      server = h2;
+    }
     return new Promise((resolve, reject) => {
       server.once('error', reject);
       server.listen(port, host, () => {
@@ -63,19 +78,36 @@ export class H2GrpcServer implements CallOwner {
 
   // As drainGrpc: GOAWAY, calls in flight answered, what is left closed once idle, at most timeoutMs.
   drain(timeoutMs: number, logger: Logger): Promise<void> {
-    if (this.server === undefined) return Promise.resolve();
+    if (this.server === undefined && this.wire === undefined) return Promise.resolve();
     return drainCalls(this, timeoutMs, logger);
   }
 
   tryShutdown(done: () => void): void {
+    if (this.wire !== undefined) return this.wire.close(done);
     this.server!.close(() => done());
     for (const session of this.sessions) session.close();
   }
 
   forceShutdown(): void {
-    for (const session of this.sessions) session.destroy();
-    this.server!.close();
+    if (this.wire !== undefined) this.wire.destroy();
+    else {
+      for (const session of this.sessions) session.destroy();
+      this.server!.close();
+    }
     this.deadlines.close();
+  }
+
+  private wireServer(tls: ServerTls | undefined): WireServer['server'] {
+    const onStream = (stream: GrpcStream, headers: RequestHeaders) => this.dispatch(stream, headers);
+    if (tls === undefined) this.wire = new WireServer(this.wireOptions, onStream);
+    else {
+      const options = { ...tls.secureContext(), requestCert: tls.requireClientCert, rejectUnauthorized: tls.requireClientCert };
+      // GRPC_CLIENT_TLS_SAN: a verified client whose certificate lacks the name is not served.
+      this.wire = new WireServer(this.wireOptions, onStream, options, (socket) => tls.acceptsPeer(socket));
+      const server = this.wire.server as import('node:tls').Server;
+      tls.onChange(() => server.setSecureContext(tls.secureContext()));
+    }
+    return this.wire.server;
   }
 
   private secureServer(tls: ServerTls): http2.Http2SecureServer {
@@ -102,7 +134,7 @@ export class H2GrpcServer implements CallOwner {
     });
   }
 
-  private dispatch(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
+  private dispatch(stream: GrpcStream, headers: RequestHeaders): void {
     stream.on('error', ignoreError);
     const contentType = headers['content-type'];
     // As grpc-js: not gRPC at all is an HTTP error, an unknown method a gRPC status.
@@ -110,7 +142,7 @@ export class H2GrpcServer implements CallOwner {
       stream.respond({ ':status': http2.constants.HTTP_STATUS_UNSUPPORTED_MEDIA_TYPE }, { endStream: true });
       return;
     }
-    const path = headers[':path'] ?? '';
+    const path = (headers[':path'] as string | undefined) ?? '';
     const method = this.methods.get(path);
     if (method === undefined) return respondStatus(stream, Status.UNIMPLEMENTED, `The server does not implement the method ${path}`);
     new Call(stream, headers, method, this).start();

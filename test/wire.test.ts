@@ -1,0 +1,374 @@
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import http2 from 'node:http2';
+import net from 'node:net';
+import { after, before, describe, test } from 'node:test';
+import { encodeHeaders, HpackDecoder, HpackError } from '../src/server/h2grpc/hpack';
+import { type RequestHeaders, WireServer, type WireStream } from '../src/server/h2grpc/wire';
+
+// sluice's own HTTP/2 (src/server/h2grpc/wire.ts, GRPC_SERVER_IMPL=sluice) below gRPC: HPACK
+// against RFC 7541's examples and against node:http2's encoder (Huffman, dynamic table, eviction,
+// never-indexed fields), header blocks over CONTINUATION both ways, flow control both ways, and
+// the protocol errors a client can provoke, sent as raw frames. The gRPC behaviour on top runs in
+// test/h2grpc.test.ts and, as the default server, through the whole suite.
+
+const hex = (s: string) => Buffer.from(s.replace(/\s+/g, ''), 'hex');
+
+function pairs(fields: string[]): [string, string][] {
+  const out: [string, string][] = [];
+  for (let i = 0; i < fields.length; i += 2) out.push([fields[i], fields[i + 1]]);
+  return out;
+}
+
+describe('HPACK decoder: RFC 7541 Appendix C', () => {
+  test('C.3: requests without Huffman coding, the dynamic table carried from one to the next', () => {
+    const d = new HpackDecoder();
+    assert.deepEqual(pairs(d.decode(hex('828684410f7777772e6578616d706c652e636f6d'), 65536).fields), [
+      [':method', 'GET'], [':scheme', 'http'], [':path', '/'], [':authority', 'www.example.com'],
+    ]);
+    assert.deepEqual(pairs(d.decode(hex('828684be58086e6f2d6361636865'), 65536).fields), [
+      [':method', 'GET'], [':scheme', 'http'], [':path', '/'], [':authority', 'www.example.com'], ['cache-control', 'no-cache'],
+    ]);
+    assert.deepEqual(pairs(d.decode(hex('828785bf400a637573746f6d2d6b65790c637573746f6d2d76616c7565'), 65536).fields), [
+      [':method', 'GET'], [':scheme', 'https'], [':path', '/index.html'], [':authority', 'www.example.com'], ['custom-key', 'custom-value'],
+    ]);
+  });
+
+  test('C.4: the same requests with Huffman coding', () => {
+    const d = new HpackDecoder();
+    assert.deepEqual(pairs(d.decode(hex('828684418cf1e3c2e5f23a6ba0ab90f4ff'), 65536).fields), [
+      [':method', 'GET'], [':scheme', 'http'], [':path', '/'], [':authority', 'www.example.com'],
+    ]);
+    assert.deepEqual(pairs(d.decode(hex('828684be5886a8eb10649cbf'), 65536).fields), [
+      [':method', 'GET'], [':scheme', 'http'], [':path', '/'], [':authority', 'www.example.com'], ['cache-control', 'no-cache'],
+    ]);
+    assert.deepEqual(pairs(d.decode(hex('828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf'), 65536).fields), [
+      [':method', 'GET'], [':scheme', 'https'], [':path', '/index.html'], [':authority', 'www.example.com'], ['custom-key', 'custom-value'],
+    ]);
+  });
+
+  test('C.6: responses with Huffman coding and eviction from a 256-byte table', () => {
+    const d = new HpackDecoder(256);
+    // The table is shrunk by a size update first (the encoder's table is 256 bytes in the RFC).
+    const first = d.decode(hex('3fe101 48826402 5885aec3771a4b 6196d07abe941054d444a8200595040b8166e082a62d1bff 6e919d29ad171863c78f0b97c8e9ae82ae43d3'), 65536);
+    assert.deepEqual(pairs(first.fields), [
+      [':status', '302'], ['cache-control', 'private'], ['date', 'Mon, 21 Oct 2013 20:13:21 GMT'], ['location', 'https://www.example.com'],
+    ]);
+    const second = d.decode(hex('4883640effc1c0bf'), 65536);
+    assert.deepEqual(pairs(second.fields), [
+      [':status', '307'], ['cache-control', 'private'], ['date', 'Mon, 21 Oct 2013 20:13:21 GMT'], ['location', 'https://www.example.com'],
+    ]);
+  });
+
+  test('errors: an index past both tables, a size update above the limit or after a field, bad Huffman padding, a truncated string', () => {
+    assert.throws(() => new HpackDecoder().decode(hex('be'), 65536), HpackError);
+    assert.throws(() => new HpackDecoder().decode(hex('3fe21f'), 65536), HpackError);
+    assert.throws(() => new HpackDecoder().decode(hex('8220'), 65536), HpackError);
+    // 'a' is 00011 in Huffman: padded with zeros instead of ones.
+    assert.throws(() => new HpackDecoder().decode(hex('0001618118'), 65536), HpackError);
+    assert.throws(() => new HpackDecoder().decode(hex('00016105616263'), 65536), HpackError);
+  });
+
+  test('a list above the limit is decoded (the table stays in step) and flagged', () => {
+    const d = new HpackDecoder();
+    const big = d.decode(hex('400a637573746f6d2d6b65790c637573746f6d2d76616c7565'), 40);
+    assert.equal(big.tooLarge, true);
+    // The field was still added to the dynamic table.
+    assert.deepEqual(pairs(d.decode(hex('be'), 65536).fields), [['custom-key', 'custom-value']]);
+  });
+
+  test('our encoder: what the decoder reads back, :status first', () => {
+    const block = encodeHeaders({ 'grpc-status': '0', ':status': 200, 'x-long': 'v'.repeat(300), 'x-many': ['a', 'b'] });
+    assert.deepEqual(pairs(new HpackDecoder().decode(block, 65536).fields), [
+      [':status', '200'], ['grpc-status', '0'], ['x-long', 'v'.repeat(300)], ['x-many', 'a'], ['x-many', 'b'],
+    ]);
+    assert.deepEqual(pairs(new HpackDecoder().decode(encodeHeaders({ ':status': 415 }), 65536).fields), [[':status', '415']]);
+  });
+});
+
+// A WireServer whose streams echo: the request's headers (as JSON, in a response header or the
+// body) and the number of body bytes received.
+async function echoServer(options: ConstructorParameters<typeof WireServer>[0] = {}, onStream?: (stream: WireStream, headers: RequestHeaders) => void) {
+  const server = new WireServer(
+    options,
+    onStream ??
+      ((stream, headers) => {
+        let bytes = 0;
+        stream.on('data', (chunk) => (bytes += chunk.length));
+        stream.on('end', () => {
+          const body = Buffer.from(JSON.stringify({ headers, bytes }));
+          stream.respond({ ':status': 200, 'content-type': 'application/json' }, { waitForTrailers: true });
+          stream.once('wantTrailers', function (this: WireStream) {
+            this.sendTrailers({ 'x-bytes': String(bytes) });
+          });
+          stream.end(body);
+        });
+      }),
+  );
+  await new Promise<void>((r) => server.server.listen(0, '127.0.0.1', r));
+  const port = (server.server.address() as net.AddressInfo).port;
+  return { server, port, stop: () => new Promise<void>((r) => server.close(r)) };
+}
+
+function request(session: http2.ClientHttp2Session, headers: http2.OutgoingHttpHeaders, body?: Buffer): Promise<{ headers: http2.IncomingHttpHeaders; trailers: http2.IncomingHttpHeaders; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    const req = session.request({ ':method': 'POST', ':path': '/echo', ...headers });
+    let response: http2.IncomingHttpHeaders = {};
+    let trailers: http2.IncomingHttpHeaders = {};
+    const chunks: Buffer[] = [];
+    req.on('response', (h) => (response = h));
+    req.on('trailers', (t) => (trailers = t));
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => resolve({ headers: response, trailers, body: Buffer.concat(chunks) }));
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+describe("sluice's HTTP/2 with node:http2 as the client", () => {
+  let echo: Awaited<ReturnType<typeof echoServer>>;
+  before(async () => (echo = await echoServer()));
+  after(() => echo.stop());
+
+  test("request headers as node:http2's encoder sends them: Huffman, the dynamic table through eviction, never-indexed fields, repeated names", async () => {
+    const session = http2.connect(`http://127.0.0.1:${echo.port}`);
+    try {
+      // 300 requests with random metadata: values repeat (indexed), change (new entries evict
+      // old ones from the 4 KiB table), and some are sensitive (never indexed).
+      for (let i = 0; i < 300; i++) {
+        const headers: http2.OutgoingHttpHeaders = { 'x-fixed': 'the same on every request', 'x-seq': String(i) };
+        headers[`x-key-${i % 7}`] = randomBytes(1 + (i % 90)).toString('base64');
+        if (i % 5 === 0) headers['x-list'] = ['one', `two-${i}`];
+        if (i % 3 === 0) {
+          headers.authorization = `Bearer ${randomBytes(20).toString('hex')}`;
+          (headers as Record<symbol, unknown>)[http2.sensitiveHeaders] = ['authorization'];
+        }
+        const { body } = await request(session, headers);
+        const got = JSON.parse(body.toString()).headers as Record<string, unknown>;
+        for (const [name, value] of Object.entries(headers)) assert.deepEqual(got[name], value, `request ${i}: ${name}`);
+        assert.equal(got[':path'], '/echo');
+        assert.equal(got[':method'], 'POST');
+      }
+    } finally {
+      session.close();
+    }
+  });
+
+  test('header blocks over CONTINUATION both ways: a 40 KB request field, a 40 KB response field', async () => {
+    const big = 'x'.repeat(40_000);
+    const server = await echoServer({}, (stream, headers) => {
+      stream.on('end', () => {
+        stream.respond({ ':status': 200, 'x-back': headers['x-big'] as string }, { endStream: true });
+      });
+    });
+    const session = http2.connect(`http://127.0.0.1:${server.port}`, { maxSessionMemory: 100, settings: { maxHeaderListSize: 1 << 20 } });
+    try {
+      const { headers } = await request(session, { 'x-big': big });
+      assert.equal(headers['x-back'], big);
+    } finally {
+      session.close();
+      await server.stop();
+    }
+  });
+
+  test("a client that shrinks its HPACK table to 0 is told so before our next header block (node:http2 refuses the block otherwise)", async () => {
+    const session = http2.connect(`http://127.0.0.1:${echo.port}`, { settings: { headerTableSize: 0 } });
+    try {
+      await new Promise((r) => session.once('remoteSettings', r));
+      for (let i = 0; i < 3; i++) {
+        const { headers, trailers } = await request(session, { 'x-i': String(i) });
+        assert.equal(headers[':status'], 200);
+        assert.equal(trailers['x-bytes'], '0');
+      }
+    } finally {
+      session.close();
+    }
+  });
+
+  test('flow control, client to server: a 3 MB body through our window updates', async () => {
+    const session = http2.connect(`http://127.0.0.1:${echo.port}`);
+    try {
+      const body = randomBytes(3 * 1024 * 1024);
+      const answer = await request(session, {}, body);
+      assert.equal(JSON.parse(answer.body.toString()).bytes, body.length);
+      assert.equal(answer.trailers['x-bytes'], String(body.length));
+    } finally {
+      session.close();
+    }
+  });
+
+  test('flow control, server to client: 300 KB answers to a client with a 1,000-byte stream window, 10 at once, trailers after the last byte', async () => {
+    const payload = randomBytes(300_000);
+    const server = await echoServer({}, (stream) => {
+      stream.on('end', () => {
+        stream.respond({ ':status': 200 }, { waitForTrailers: true });
+        stream.once('wantTrailers', function (this: WireStream) {
+          this.sendTrailers({ 'x-done': 'yes' });
+        });
+        // In pieces, as a streaming call writes.
+        for (let at = 0; at < payload.length; at += 70_000) stream.write(payload.subarray(at, at + 70_000));
+        stream.end();
+      });
+    });
+    const session = http2.connect(`http://127.0.0.1:${server.port}`, { settings: { initialWindowSize: 1000 } });
+    try {
+      const answers = await Promise.all(Array.from({ length: 10 }, () => request(session, {})));
+      for (const a of answers) {
+        assert.equal(Buffer.compare(a.body, payload), 0);
+        assert.equal(a.trailers['x-done'], 'yes');
+      }
+    } finally {
+      session.close();
+      await server.stop();
+    }
+  });
+
+  test('PING is answered; GOAWAY from the client closes the connection once its streams are done', async () => {
+    const session = http2.connect(`http://127.0.0.1:${echo.port}`);
+    await new Promise((r) => session.once('connect', r));
+    const payload = Buffer.from('8 bytes!');
+    const echoed = await new Promise<Buffer>((resolve, reject) => session.ping(payload, (err, _ms, p) => (err ? reject(err) : resolve(p))));
+    assert.deepEqual(echoed, payload);
+    const closed = new Promise((r) => session.once('close', r));
+    session.close();
+    await closed;
+  });
+});
+
+// --- raw frames
+
+const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
+
+function frame(type: number, flags: number, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
+  const head = Buffer.alloc(9);
+  head.writeUIntBE(payload.length, 0, 3);
+  head[3] = type;
+  head[4] = flags;
+  head.writeUInt32BE(id, 5);
+  return Buffer.concat([head, payload]);
+}
+
+interface Frame {
+  type: number;
+  flags: number;
+  id: number;
+  payload: Buffer;
+}
+
+// A raw client: sends bytes, collects the server's frames until the socket closes.
+async function raw(port: number) {
+  const socket = net.connect(port, '127.0.0.1');
+  await new Promise((r) => socket.once('connect', r));
+  const frames: Frame[] = [];
+  let input = Buffer.alloc(0);
+  let closed = false;
+  socket.on('data', (chunk: Buffer) => {
+    input = Buffer.concat([input, chunk]);
+    while (input.length >= 9 && input.length >= 9 + input.readUIntBE(0, 3)) {
+      const length = input.readUIntBE(0, 3);
+      frames.push({ type: input[3], flags: input[4], id: input.readUInt32BE(5) & 0x7fffffff, payload: input.subarray(9, 9 + length) });
+      input = input.subarray(9 + length);
+    }
+  });
+  socket.on('close', () => (closed = true));
+  socket.on('error', () => undefined);
+  const until = async (what: string, check: () => boolean) => {
+    const deadline = Date.now() + 5000;
+    while (!check()) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; frames: ${JSON.stringify(frames.map((f) => [f.type, f.flags, f.id]))}`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  };
+  return {
+    frames,
+    send: (...parts: Buffer[]) => socket.write(Buffer.concat(parts)),
+    isClosed: () => closed,
+    until,
+    // The frame of this type (and stream), once it has come.
+    async next(type: number, id?: number): Promise<Frame> {
+      let found: Frame | undefined;
+      await until(`frame type ${type}`, () => (found = frames.find((f) => f.type === type && (id === undefined || f.id === id))) !== undefined);
+      return found!;
+    },
+    close: () => socket.destroy(),
+  };
+}
+
+const SETTINGS_FRAME = frame(4, 0, 0);
+const GOAWAY = 7;
+const RST_STREAM = 3;
+const goawayCode = (f: Frame) => f.payload.readUInt32BE(4);
+const headersFrame = (id: number, headers: Record<string, string>, endStream = true) => frame(1, 0x4 | (endStream ? 1 : 0), id, encodeHeaders(headers));
+const GOOD = { ':method': 'POST', ':scheme': 'http', ':path': '/echo' };
+
+describe("sluice's HTTP/2: protocol errors from raw frames", () => {
+  let echo: Awaited<ReturnType<typeof echoServer>>;
+  before(async () => (echo = await echoServer({ maxConcurrentStreams: 2 }, (stream) => stream.on('end', () => setTimeout(() => stream.respond({ ':status': 200 }, { endStream: true }), 50)))));
+  after(() => echo.stop());
+
+  const connectionError = async (name: string, bytes: Buffer[], code: number) => {
+    const c = await raw(echo.port);
+    c.send(...bytes);
+    const goaway = await c.next(GOAWAY);
+    assert.equal(goawayCode(goaway), code, name);
+    await c.until('close', c.isClosed);
+  };
+
+  test('connection errors: GOAWAY with the code, then the connection closes', async () => {
+    await connectionError('not the preface', [Buffer.from('GET / HTTP/1.1\r\nHost: x\r\n\r\n')], 0x1);
+    await connectionError('first frame not SETTINGS', [PREFACE, frame(6, 0, 0, Buffer.alloc(8))], 0x1);
+    await connectionError('a frame over 16,384 bytes', [PREFACE, SETTINGS_FRAME, frame(0, 0, 1, Buffer.alloc(20_000))], 0x6);
+    await connectionError('a header block the decoder cannot read', [PREFACE, SETTINGS_FRAME, frame(1, 0x5, 1, hex('ff'))], 0x9);
+    await connectionError('a stream id going backwards', [PREFACE, SETTINGS_FRAME, headersFrame(5, GOOD), headersFrame(3, GOOD)], 0x5);
+    await connectionError('HEADERS on an even stream', [PREFACE, SETTINGS_FRAME, headersFrame(2, GOOD)], 0x1);
+    await connectionError('a frame between HEADERS and its CONTINUATION', [PREFACE, SETTINGS_FRAME, frame(1, 0, 1, encodeHeaders(GOOD)), frame(6, 0, 0, Buffer.alloc(8))], 0x1);
+    await connectionError('a WINDOW_UPDATE that overflows the window', [PREFACE, SETTINGS_FRAME, frame(8, 0, 0, hex('7fffffff'))], 0x3);
+    await connectionError('PUSH_PROMISE from a client', [PREFACE, SETTINGS_FRAME, frame(5, 0x4, 1, Buffer.alloc(4))], 0x1);
+  });
+
+  test('stream errors: RST_STREAM for that stream, the connection serves on', async () => {
+    const c = await raw(echo.port);
+    c.send(PREFACE, SETTINGS_FRAME);
+    c.send(headersFrame(1, { ...GOOD, 'X-Upper': 'v' }));
+    assert.equal((await c.next(RST_STREAM, 1)).payload.readUInt32BE(0), 0x1);
+    c.send(headersFrame(3, { ':method': 'POST', ':path': '/echo' }));
+    assert.equal((await c.next(RST_STREAM, 3)).payload.readUInt32BE(0), 0x1, 'no :scheme');
+    c.send(headersFrame(5, { ...GOOD, connection: 'keep-alive' }));
+    assert.equal((await c.next(RST_STREAM, 5)).payload.readUInt32BE(0), 0x1, 'connection-specific field');
+    c.send(headersFrame(7, GOOD));
+    const answer = await c.next(1, 7);
+    assert.equal(answer.flags & 1, 1);
+    assert.equal(c.isClosed(), false);
+    c.close();
+  });
+
+  test('SETTINGS_MAX_CONCURRENT_STREAMS: a third stream at once is refused (REFUSED_STREAM), later ones served', async () => {
+    const c = await raw(echo.port);
+    c.send(PREFACE, SETTINGS_FRAME, headersFrame(1, GOOD), headersFrame(3, GOOD), headersFrame(5, GOOD));
+    assert.equal((await c.next(RST_STREAM, 5)).payload.readUInt32BE(0), 0x7);
+    await c.next(1, 1);
+    await c.next(1, 3);
+    c.send(headersFrame(7, GOOD));
+    await c.next(1, 7);
+    c.close();
+  });
+
+  test('our SETTINGS and connection window come first; the client SETTINGS and PING are acknowledged', async () => {
+    const c = await raw(echo.port);
+    c.send(PREFACE, frame(4, 0, 0, hex('000400010000')), frame(6, 0, 0, Buffer.from('abcdefgh')));
+    await c.until('4 frames', () => c.frames.length >= 4);
+    const [settings, window] = c.frames;
+    assert.equal(settings.type, 4);
+    assert.equal(settings.flags, 0);
+    const values = new Map<number, number>();
+    for (let at = 0; at < settings.payload.length; at += 6) values.set(settings.payload.readUInt16BE(at), settings.payload.readUInt32BE(at + 2));
+    assert.equal(values.get(3), 2, 'SETTINGS_MAX_CONCURRENT_STREAMS');
+    assert.equal(values.get(2), 0, 'SETTINGS_ENABLE_PUSH');
+    assert.equal(window.type, 8);
+    assert.ok(c.frames.some((f) => f.type === 4 && f.flags === 1), 'SETTINGS ACK');
+    const pong = await c.next(6);
+    assert.equal(pong.flags, 1);
+    assert.equal(pong.payload.toString(), 'abcdefgh');
+    c.close();
+  });
+});
