@@ -9,22 +9,22 @@ import { encodeHeaders, HpackDecoder, HpackError } from './hpack';
 // node:http2's ServerHttp2Stream it uses (respond, write, end, sendTrailers, events data, end,
 // close and wantTrailers).
 
-const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
+export const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 
-const DATA = 0x0;
-const HEADERS = 0x1;
+export const DATA = 0x0;
+export const HEADERS = 0x1;
 const PRIORITY = 0x2;
-const RST_STREAM = 0x3;
-const SETTINGS = 0x4;
+export const RST_STREAM = 0x3;
+export const SETTINGS = 0x4;
 const PUSH_PROMISE = 0x5;
-const PING = 0x6;
-const GOAWAY = 0x7;
-const WINDOW_UPDATE = 0x8;
+export const PING = 0x6;
+export const GOAWAY = 0x7;
+export const WINDOW_UPDATE = 0x8;
 const CONTINUATION = 0x9;
 
-const END_STREAM = 0x1;
-const ACK = 0x1;
-const END_HEADERS = 0x4;
+export const END_STREAM = 0x1;
+export const ACK = 0x1;
+export const END_HEADERS = 0x4;
 const PADDED = 0x8;
 const PRIORITY_FLAG = 0x20;
 
@@ -40,12 +40,12 @@ const ENHANCE_YOUR_CALM = 0xb;
 const SETTINGS_HEADER_TABLE_SIZE = 0x1;
 const SETTINGS_ENABLE_PUSH = 0x2;
 const SETTINGS_MAX_CONCURRENT_STREAMS = 0x3;
-const SETTINGS_INITIAL_WINDOW_SIZE = 0x4;
+export const SETTINGS_INITIAL_WINDOW_SIZE = 0x4;
 const SETTINGS_MAX_FRAME_SIZE = 0x5;
 const SETTINGS_MAX_HEADER_LIST_SIZE = 0x6;
 
 const DEFAULT_WINDOW = 65_535;
-const MAX_WINDOW = 2 ** 31 - 1;
+export const MAX_WINDOW = 2 ** 31 - 1;
 const DEFAULT_FRAME_SIZE = 16_384;
 const DEFAULT_TABLE_SIZE = 4096;
 // HPACK's dynamic table size update to 0.
