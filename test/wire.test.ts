@@ -353,6 +353,30 @@ describe("sluice's HTTP/2: protocol errors from raw frames", () => {
     c.close();
   });
 
+  test('a handler that throws: that connection ends with INTERNAL_ERROR and a warning, the server serves on', async () => {
+    const warnings: Error[] = [];
+    const onWarning = (w: Error) => warnings.push(w);
+    process.on('warning', onWarning);
+    const server = await echoServer({}, (stream, headers) => {
+      if (headers[':path'] === '/boom') throw new Error('boom');
+      stream.respond({ ':status': 200 }, { endStream: true });
+    });
+    try {
+      const bad = await raw(server.port);
+      bad.send(PREFACE, SETTINGS_FRAME, headersFrame(1, { ...GOOD, ':path': '/boom' }));
+      assert.equal(goawayCode(await bad.next(GOAWAY)), 0x2);
+      await bad.until('close', bad.isClosed);
+      const good = await raw(server.port);
+      good.send(PREFACE, SETTINGS_FRAME, headersFrame(1, GOOD));
+      assert.equal((await good.next(1, 1)).flags & 1, 1);
+      good.close();
+      await good.until('the warning', () => warnings.some((w) => w.message === 'boom'));
+    } finally {
+      process.off('warning', onWarning);
+      await server.stop();
+    }
+  });
+
   test('our SETTINGS and connection window come first; the client SETTINGS and PING are acknowledged', async () => {
     const c = await raw(echo.port);
     c.send(PREFACE, frame(4, 0, 0, hex('000400010000')), frame(6, 0, 0, Buffer.from('abcdefgh')));

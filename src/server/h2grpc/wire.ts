@@ -30,6 +30,7 @@ const PRIORITY_FLAG = 0x20;
 
 export const NO_ERROR = 0x0;
 const PROTOCOL_ERROR = 0x1;
+const INTERNAL_ERROR = 0x2;
 const FLOW_CONTROL_ERROR = 0x3;
 const STREAM_CLOSED = 0x5;
 const FRAME_SIZE_ERROR = 0x6;
@@ -125,7 +126,8 @@ function flushAll(): void {
   dirty.length = 0;
 }
 
-// Header blocks encoded once per headers object (the constant ones call.ts sends on every call).
+// Header blocks encoded once per headers object: the constant ones call.ts sends on every call,
+// which it freezes for that.
 const encoded = new WeakMap<object, Buffer>();
 function headerBlock(headers: ResponseHeaders): Buffer {
   let block = encoded.get(headers);
@@ -136,10 +138,6 @@ function headerBlock(headers: ResponseHeaders): Buffer {
   return block;
 }
 
-// Header blocks worth encoding once: freeze the object and pass the same one each time.
-export function constantHeaders<T extends ResponseHeaders>(headers: T): Readonly<T> {
-  return Object.freeze(headers);
-}
 
 export class WireConnection {
   readonly streams = new Map<number, WireStream>();
@@ -232,7 +230,10 @@ export class WireConnection {
     } catch (err) {
       if (err instanceof ConnectionError) return this.fail(err.code);
       if (err instanceof HpackError) return this.fail(COMPRESSION_ERROR);
-      throw err;
+      // A fault of ours (or of a handler's callback): this connection ends, the process serves on,
+      // and stderr says why.
+      process.emitWarning(err instanceof Error ? err : new Error(String(err)), 'SluiceHttp2Warning');
+      return this.fail(INTERNAL_ERROR);
     }
     if (pos < buf.length) this.input = pos === 0 ? buf : buf.subarray(pos);
   }
