@@ -3,8 +3,8 @@ import type { ServerOptions } from '@grpc/grpc-js';
 
 // The grpc-js server options sluice may set (server/grpc.ts GRPC_SERVER_OPTIONS), as the sluice and
 // http2 servers honour them (grpc-node.max_session_memory: node:http2 only; sluice's own HTTP/2
-// holds no more per connection than the calls in flight). Any other is refused at start, so that the two servers cannot silently
-// differ.
+// holds no more per connection than the calls in flight). Any other is refused at start, so that
+// the servers cannot silently differ.
 const HONOURED = new Set([
   // Nothing here keeps per-call channelz data.
   'grpc.enable_channelz',

@@ -1,6 +1,6 @@
 import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
-import type { TLSSocket } from 'node:tls';
+import type { Server as TlsServer, TLSSocket } from 'node:tls';
 import { status as Status, type ServerOptions, type ServiceDefinition, type UntypedServiceImplementation } from '@grpc/grpc-js';
 import type { Logger } from '../../logger';
 import { drainCalls, type ServiceEntry } from '../grpc';
@@ -104,7 +104,7 @@ export class H2GrpcServer implements CallOwner {
       const options = { ...tls.secureContext(), requestCert: tls.requireClientCert, rejectUnauthorized: tls.requireClientCert };
       // GRPC_CLIENT_TLS_SAN: a verified client whose certificate lacks the name is not served.
       this.wire = new WireServer(this.wireOptions, onStream, options, (socket) => tls.acceptsPeer(socket));
-      const server = this.wire.server as import('node:tls').Server;
+      const server = this.wire.server as TlsServer;
       tls.onChange(() => server.setSecureContext(tls.secureContext()));
     }
     return this.wire.server;
