@@ -1,7 +1,7 @@
 import net from 'node:net';
 import { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { encodeHeaders, HpackDecoder } from '../src/server/h2grpc/hpack';
-import { ACK, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, MAX_WINDOW, PING, PREFACE, RST_STREAM, SETTINGS, SETTINGS_INITIAL_WINDOW_SIZE, WINDOW_UPDATE } from '../src/server/h2grpc/wire';
+import { ACK, DATA, encodeFrame as frame, END_HEADERS, END_STREAM, GOAWAY, HEADERS, MAX_WINDOW, PING, PREFACE, RST_STREAM, SETTINGS, SETTINGS_INITIAL_WINDOW_SIZE, u32, WINDOW_UPDATE } from '../src/server/h2grpc/wire';
 import { grpcFrame, percentile } from './fleet';
 
 // A load generator for what h2load cannot do: a different request body per call (h2load sends
@@ -47,21 +47,6 @@ function frames(a: Args): Buffer[] {
 }
 
 
-function frame(type: number, flags: number, id: number, payload: Buffer): Buffer {
-  const out = Buffer.allocUnsafe(9 + payload.length);
-  out.writeUIntBE(payload.length, 0, 3);
-  out[3] = type;
-  out[4] = flags;
-  out.writeUInt32BE(id, 5);
-  payload.copy(out, 9);
-  return out;
-}
-
-function u32(n: number): Buffer {
-  const b = Buffer.allocUnsafe(4);
-  b.writeUInt32BE(n, 0);
-  return b;
-}
 
 interface Shared {
   a: Args;
@@ -107,20 +92,24 @@ class Connection {
     this.socket.end(frame(GOAWAY, 0, 0, Buffer.alloc(8)));
   }
 
+  // The next call, or one more owed until the server's connection window has room for it.
   private send(): void {
+    if (this.owed > 0 || !this.trySend()) this.owed++;
+  }
+
+  // False when the window is short (nothing sent); true otherwise, also when all calls are out.
+  private trySend(): boolean {
     const s = this.s;
-    if (s.sent >= s.a.requests) return;
+    if (s.sent >= s.a.requests) return true;
     const body = s.bodies[s.sent % s.bodies.length];
-    if (this.sendWindow < body.length) {
-      this.owed++;
-      return;
-    }
+    if (this.sendWindow < body.length) return false;
     s.sent++;
     this.sendWindow -= body.length;
     const id = this.nextId;
     this.nextId += 2;
     this.started.set(id, performance.now());
     this.out.push(frame(HEADERS, END_HEADERS, id, s.block), frame(DATA, END_STREAM, id, body));
+    return true;
   }
 
   private flush(): void {
@@ -171,7 +160,7 @@ class Connection {
       case WINDOW_UPDATE:
         if (id === 0) {
           this.sendWindow += payload.readUInt32BE(0) & 0x7fffffff;
-          for (; this.owed > 0 && this.sendWindow >= 1024; this.owed--) this.send();
+          while (this.owed > 0 && this.trySend()) this.owed--;
         }
         return;
       case GOAWAY:

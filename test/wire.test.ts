@@ -4,7 +4,8 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { encodeHeaders, HpackDecoder, HpackError } from '../src/server/h2grpc/hpack';
-import { type RequestHeaders, WireServer, type WireStream } from '../src/server/h2grpc/wire';
+import type { RequestHeaders } from '../src/server/h2grpc/call';
+import { encodeFrame, WireServer, type WireStream } from '../src/server/h2grpc/wire';
 
 // sluice's own HTTP/2 (src/server/h2grpc/wire.ts, GRPC_SERVER_IMPL=sluice) below gRPC: HPACK
 // against RFC 7541's examples and against node:http2's encoder (Huffman, dynamic table, eviction,
@@ -239,14 +240,7 @@ describe("sluice's HTTP/2 with node:http2 as the client", () => {
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 
-function frame(type: number, flags: number, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
-  const head = Buffer.alloc(9);
-  head.writeUIntBE(payload.length, 0, 3);
-  head[3] = type;
-  head[4] = flags;
-  head.writeUInt32BE(id, 5);
-  return Buffer.concat([head, payload]);
-}
+const frame = encodeFrame;
 
 interface Frame {
   type: number;

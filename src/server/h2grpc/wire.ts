@@ -1,5 +1,6 @@
 import net from 'node:net';
 import tls from 'node:tls';
+import type { RequestHeaders } from './call';
 import { encodeHeaders, HpackDecoder, HpackError } from './hpack';
 
 // sluice's own HTTP/2 (RFC 9113) server side, on plain sockets (GRPC_SERVER_IMPL=sluice): what a
@@ -28,7 +29,7 @@ export const END_HEADERS = 0x4;
 const PADDED = 0x8;
 const PRIORITY_FLAG = 0x20;
 
-export const NO_ERROR = 0x0;
+const NO_ERROR = 0x0;
 const PROTOCOL_ERROR = 0x1;
 const INTERNAL_ERROR = 0x2;
 const FLOW_CONTROL_ERROR = 0x3;
@@ -59,8 +60,6 @@ const MAX_HEADER_LIST_BYTES = 65_536;
 // A header block (HEADERS and its CONTINUATIONs) beyond this closes the connection unread.
 const MAX_HEADER_BLOCK_BYTES = 4 * MAX_HEADER_LIST_BYTES;
 
-export type HeaderValue = string | string[];
-export type RequestHeaders = Record<string, HeaderValue | undefined>;
 type ResponseHeaders = Record<string, string | number | readonly string[] | undefined>;
 
 export interface WireOptions {
@@ -102,11 +101,25 @@ function writeFrameHeader(out: Buffer, at: number, length: number, type: number,
   out.writeUInt32BE(id, at + 5);
 }
 
-function u32(value: number): Buffer {
+export function u32(value: number): Buffer {
   const b = Buffer.allocUnsafe(4);
   b.writeUInt32BE(value, 0);
   return b;
 }
+
+const NO_PAYLOAD = Buffer.alloc(0);
+
+// One frame on its own (raw clients: bench/keys-load.ts, test/wire.test.ts); a connection writes
+// its frames into one buffer per flush instead.
+export function encodeFrame(type: number, flags: number, id: number, payload: Buffer = NO_PAYLOAD): Buffer {
+  const out = Buffer.allocUnsafe(9 + payload.length);
+  writeFrameHeader(out, 0, payload.length, type, flags, id);
+  payload.copy(out, 9);
+  return out;
+}
+
+// RST_STREAM's payload when we ended a stream the client is still sending on.
+const NO_ERROR_PAYLOAD = u32(NO_ERROR);
 
 // A connection error: GOAWAY with this code, then the connection is closed.
 class ConnectionError extends Error {
@@ -714,7 +727,7 @@ export class WireStream {
   // 8.1): the answer is complete.
   private localEnd(): void {
     this.localEnded = true;
-    if (!this.remoteEnded && !this.endsNow) this.session.queue(RST_STREAM, 0, this.id, u32(NO_ERROR));
+    if (!this.remoteEnded && !this.endsNow) this.session.queue(RST_STREAM, 0, this.id, NO_ERROR_PAYLOAD);
     this.close();
   }
 
