@@ -456,8 +456,8 @@ local function spec_of(text)
   local s = SPECS[text]
   if s ~= nil then return s end
   local alg, limit, period, burst, mode = string.match(text, '^([^:]+):([^:]+):([^:]+):([^:]+):([^:]+)$')
-  s = { alg = alg, limit = tonumber(limit), period = tonumber(period), burst = tonumber(burst), mode = mode }
-  if ALGORITHMS[alg] == nil or s.limit == nil or s.period == nil or s.burst == nil then error('not a limit spec: ' .. text) end
+  s = { alg = alg, limit = tonumber(limit), period = tonumber(period), burst = tonumber(burst), mode = mode, impl = ALGORITHMS[alg] }
+  if s.impl == nil or s.limit == nil or s.period == nil or s.burst == nil then error('not a limit spec: ' .. text) end
   if spec_count >= 10000 then SPECS, spec_count = {}, 0 end
   SPECS[text] = s
   spec_count = spec_count + 1
@@ -505,6 +505,12 @@ end
 -- How long a counter in `state` must be kept, ms: whole, at least 1, at most MAX_TTL.
 local function state_ttl(impl, state, s, now)
   return string.format('%d', math.min(MAX_TTL, math.max(1, math.ceil(impl.ttl(state, s, now)))))
+end
+
+-- The same as a number, which redis.call writes out itself (a whole number as one: "%.17g"): no
+-- Lua string to make and intern per counter written.
+local function state_ttl_ms(impl, state, s, now)
+  return math.min(MAX_TTL, math.max(1, math.ceil(impl.ttl(state, s, now))))
 end
 
 local function write_state(key, impl, state, s, now)

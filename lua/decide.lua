@@ -14,7 +14,7 @@ it with. Time does not pass inside a script, so this is the same as deciding the
 one: the same answers, the same values and expiries in Redis. On a hot key a batch of 20 requests
 costs one read and one write instead of 20 of each.
 
-KEYS     the counter keys of request 1's limits, then request 2's, ...
+KEYS     the batch's counter keys, each once (the caller removes repeats, in order of first use)
 ARGV[1]  "1": COUNT_DENIED_HITS (upstream counting: window algorithms count every hit)
 ARGV[2]  time in ms, for tests only; "" (always in production) uses redis.call('TIME')
 ARGV[3]  "request": apply the whole-request rule (denied if an enforced limit says no, or if it
@@ -23,14 +23,17 @@ ARGV[3]  "request": apply the whole-request rule (denied if an enforced limit sa
          consumed groups took (refund.lua) when the request is denied. "peek": decide as
          "request" but write nothing (the explain endpoint).
 ARGV[4]  number of requests
-then per request: its number of limits n, then per limit: its spec "algorithm:limit:period
-         ms:burst:mode" (mode enforce | shadow | quota; one text, parsed once: see spec_of), hits
+ARGV[5]  number of limit specs S, then S specs, each "algorithm:limit:period ms:burst:mode" (mode
+         enforce | shadow | quota; one text, parsed once: see spec_of), each once
+then per request: its number of limits n, then per limit: which key and spec, as one number
+         (spec - 1) * #KEYS + key (both counted from 1), and its hits
 
 Returns { now (Redis time in whole microseconds; with an explicit test time, that time in ms as a
-string), then per request: admitted (1|0), then per limit: flags (1 allowed + 2 consumed), the
-counter's state before this request as stored ("a:b", false when there is none; after an earlier
-request of the batch, the text it would have stored) }; a request that failed (it wrote nothing)
-is -1 and the error message instead. A request fails when one of its keys holds another type than
+string), then per request: admitted (1|0), then per limit one entry: its flags (1 allowed + 2
+consumed) as a number when the counter had no state before this request, else the flags as one
+digit followed by that state as stored ("3" .. "a:b"; after an earlier request of the batch, the
+text it would have stored) }; a request that failed (it wrote nothing) is -1 and the error message
+instead. One entry per limit, not two: converting the reply is Redis' work per entry. A request fails when one of its keys holds another type than
 a counter, whether it would write that key or not.
 Everything a caller reports (remaining, reset, retry-after, used before) follows from the state
 before, the time and the limit by the algorithms' view and decide, which the Node side runs itself
@@ -42,87 +45,103 @@ local now, now_reply = clock(ARGV[2])
 local scope = ARGV[3]
 local write = scope ~= 'peek'
 local requests = tonumber(ARGV[4])
+local nspecs = tonumber(ARGV[5])
+local nkeys = #KEYS
 
--- Keys whose counters cannot be read or written (a key of another type): key -> error message.
+-- Everything below is indexed by a key's position in KEYS (its number, `ki`): arrays, not tables
+-- keyed by strings, cost Lua less per counter, and a batch of new counters is mostly that cost.
+
+-- Keys whose counters cannot be read or written (a key of another type): number -> error message.
 -- Requests that touch one fail, as if they had not been sent; the others are decided.
 local bad = {}
 
 -- Every counter of the batch as stored (false: none), read once. MGET reads a key of another type
--- as missing, so a missing key is `unsure`: peek reads it again with GET, which fails on another
--- type (WRONGTYPE); a write creates it with NX at the end (see flush). unpack's stack bounds one
--- MGET (MAX_BATCH keys in a batch).
-local stored, unsure = {}, {}
+-- as missing, so a missing key is unsure (see unsure): peek reads it again with GET, which fails on
+-- another type (WRONGTYPE); a write creates it with NX at the end (see flush). unpack's stack
+-- bounds one MGET; one key, or very many, are read with GET, which leaves nothing unsure.
+local stored
+local by_get = nkeys == 1 or nkeys > 1000
 do
-  local distinct, seen = {}, {}
-  for i = 1, #KEYS do
-    local key = KEYS[i]
-    if not seen[key] then
-      seen[key] = true
-      distinct[#distinct + 1] = key
-    end
-  end
-  local function get(key)
-    local ok, value = pcall(redis.call, 'GET', key)
+  local function get(ki)
+    local ok, value = pcall(redis.call, 'GET', KEYS[ki])
     if ok then return value end
     if type(value) == 'table' then value = value.err end
-    bad[key] = tostring(value)
+    bad[ki] = tostring(value)
     return false
   end
-  if #distinct == 1 or #distinct > 1000 then
-    for _, key in ipairs(distinct) do stored[key] = get(key) end
+  if by_get then
+    stored = {}
+    for ki = 1, nkeys do stored[ki] = get(ki) end
   else
-    local values = redis.call('MGET', unpack(distinct))
-    for j, key in ipairs(distinct) do
-      local value = values[j]
-      if not value then
-        if write then unsure[key] = true else value = get(key) end
+    stored = redis.call('MGET', unpack(KEYS))
+    if not write then
+      for ki = 1, nkeys do
+        if not stored[ki] then stored[ki] = get(ki) end
       end
-      stored[key] = value
     end
   end
 end
 
+-- Read as missing by MGET: it may be a key of another type.
+local function unsure(ki)
+  return not by_get and stored[ki] == false
+end
+
+-- The batch's specs, parsed when first used.
+local specs = {}
+local function spec_at(si)
+  local s = specs[si]
+  if s ~= nil then return s end
+  if si == nil or si < 1 or si > nspecs or si % 1 ~= 0 then error('no limit spec ' .. tostring(si)) end
+  s = spec_of(ARGV[5 + si])
+  specs[si] = s
+  return s
+end
+
 -- The batch's state so far: per counter written by an earlier request of the batch, its state,
 -- algorithm, and the expiry its write sets (a TTL in ms, or false: the key keeps its own, see
--- same_expiry; always a TTL for a key that was missing). `order`: the keys in the order they
--- were first written.
-local states, impls, ttls, order
+-- same_expiry; always a TTL for a key that was missing). `order`: the counters in the order they
+-- were first written. `mine`/`held`: counters the request being decided has already changed (the
+-- request's number, and the state), for limits of one request that share a key.
+local states, impls, ttls, order, norder, mine, held
+-- A limit's answer with a state before it: its flags as one digit, then the state.
+local FLAG_TEXT = { [0] = '0', '1', '2', '3' }
 -- Per limit of the request being decided (reused from one request to the next).
-local specs, nexts, raws, allowed, befores = {}, {}, {}, {}, {}
+local kis, sps, hitss, nexts, raws, allowed, befores = {}, {}, {}, {}, {}, {}, {}
 
--- One request: its n limits are KEYS[k + 1 ..] and ARGV[a ..] (2 fields each). Appends its answer
--- to `out`; what it consumed becomes the batch's state only when it has been decided in full, so a
--- request that fails (a bad number) leaves nothing behind.
-local function decide_request(out, n, a, k)
+-- Request r: its n limits are ARGV[a ..] (2 fields each). Appends its answer to `out` after entry
+-- `no` and returns the new count; what it consumed becomes the batch's state only when it has been
+-- decided in full, so a request that fails (a bad number) leaves nothing behind.
+local function decide_request(out, no, r, n, a)
   for i = 1, n do
-    local why = bad[KEYS[k + i]]
+    local b = a + 2 * i - 2
+    local ref = tonumber(ARGV[b])
+    if ref == nil or ref < 1 then error('not a limit: ' .. tostring(ARGV[b])) end
+    local ki = (ref - 1) % nkeys + 1
+    local why = bad[ki]
     if why ~= nil then error({ err = why }) end
+    local hits = tonumber(ARGV[b + 1])
+    if hits == nil then error('not a number of hits: ' .. tostring(ARGV[b + 1])) end
+    kis[i], sps[i], hitss[i] = ki, spec_at((ref - ki) / nkeys + 1), hits
   end
-  -- Limits of one request that share a key see each other's hits, in request order.
-  local working = nil
-  if n > 1 then working = {} end
   local admitted = true
   local quota_total, quota_denied = 0, 0
   for i = 1, n do
-    local b = a + 2 * (i - 1)
-    local key = KEYS[k + i]
-    local s = spec_of(ARGV[b])
-    local impl = ALGORITHMS[s.alg]
+    local ki, s = kis[i], sps[i]
+    local impl = s.impl
     local state, raw
     local seen = nil
-    if working ~= nil then seen = working[key] end
-    if seen == nil then seen = states[key] end
+    if mine[ki] == r then seen = held[ki] end
+    if seen == nil then seen = states[ki] end
     if seen ~= nil then
       state = seen
       raw = encode_for(impl, state)
     else
-      raw = stored[key]
-      state = decode_for(impl, raw, s, now)
+      raw = stored[ki]
+      if raw then state = decode_for(impl, raw, s, now) end
     end
-    local hits = tonumber(ARGV[b + 1])
-    if hits == nil then error('not a number of hits: ' .. tostring(ARGV[b + 1])) end
-    local ok, _, nxt = impl.decide(state, s, hits, now)
-    specs[i], nexts[i], raws[i], allowed[i], befores[i] = s, nxt, raw, ok, state
+    local ok, _, nxt = impl.decide(state, s, hitss[i], now)
+    nexts[i], raws[i], allowed[i], befores[i] = nxt, raw, ok, state
     local mode = s.mode
     if mode == 'enforce' then
       if not ok then admitted = false end
@@ -130,81 +149,96 @@ local function decide_request(out, n, a, k)
       quota_total = quota_total + 1
       if not ok then quota_denied = quota_denied + 1 end
     end
-    if working ~= nil and (ok or (count_denied and nxt ~= nil)) then working[key] = nxt end
+    if n > 1 and (ok or (count_denied and nxt ~= nil)) then mine[ki], held[ki] = r, nxt end
   end
   if scope ~= 'group' and quota_total > 0 and quota_denied == quota_total then admitted = false end
 
-  out[#out + 1] = admitted and 1 or 0
+  no = no + 1
+  out[no] = admitted and 1 or 0
   for i = 1, n do
     local nxt = nexts[i]
     local flags = 0
     if allowed[i] then flags = 1 end
     if write and nxt ~= nil and (count_denied or (admitted and allowed[i])) then
       flags = flags + 2
-      local key = KEYS[k + i]
-      local s = specs[i]
-      local impl = ALGORITHMS[s.alg]
-      if states[key] == nil then order[#order + 1] = key end
-      states[key], impls[key] = nxt, impl
+      local ki, s = kis[i], sps[i]
+      local impl = s.impl
+      if states[ki] == nil then
+        norder = norder + 1
+        order[norder] = ki
+      end
+      states[ki], impls[ki] = nxt, impl
       if impl.same_expiry == nil or not impl.same_expiry(befores[i], nxt) then
-        ttls[key] = state_ttl(impl, nxt, s, now)
-      elseif ttls[key] == nil then
-        ttls[key] = false
+        ttls[ki] = state_ttl_ms(impl, nxt, s, now)
+      elseif ttls[ki] == nil then
+        ttls[ki] = false
       end
     end
-    out[#out + 1] = flags
-    out[#out + 1] = raws[i] or false
+    local raw = raws[i]
+    if raw then
+      out[no + 1] = FLAG_TEXT[flags] .. raw
+    else
+      out[no + 1] = flags
+    end
+    no = no + 1
   end
+  return no
 end
 
 -- Every request on its own: one that fails (e.g. WRONGTYPE) is answered with -1 and the error, and
 -- the others of the batch are still decided.
 local function decide_all()
   local out = { now_reply }
-  states, impls, ttls, order = {}, {}, {}, {}
-  local a = 5
-  local k = 0
-  for _ = 1, requests do
+  local no = 1
+  states, impls, ttls, order, norder, mine, held = {}, {}, {}, {}, 0, {}, {}
+  local a = 6 + nspecs
+  for r = 1, requests do
     local n = tonumber(ARGV[a])
-    local mark = #out
     -- A request that fails must not leave its writes in the batch's state either: decide_request
     -- records them only at its end, after everything that can fail.
-    local ok, err = pcall(decide_request, out, n, a + 1, k)
-    if not ok then
-      for j = #out, mark + 1, -1 do out[j] = nil end
-      out[#out + 1] = -1
-      if type(err) == 'table' then err = err.err end
-      out[#out + 1] = tostring(err)
+    local ok, res = pcall(decide_request, out, no, r, n, a + 1)
+    if ok then
+      no = res
+    else
+      for j = no + 1, no + 1 + n do out[j] = nil end
+      if type(res) == 'table' then res = res.err end
+      out[no + 1] = -1
+      out[no + 2] = tostring(res)
+      no = no + 2
     end
     a = a + 1 + 2 * n
-    k = k + n
   end
   return out
 end
 
 -- Writes the batch's counters: first those MGET found missing, with NX, which refuses to replace a
--- key of another type. Returns the first such key (after deleting what it had created), else nil.
--- A missing counter that was read but not written is looked at too (EXISTS): MGET reads a key of
--- another type as missing, and a request that touches one fails whether it writes it or not.
+-- key of another type. Returns the first such key's number (after deleting what it had created),
+-- else nil. A missing counter that was read but not written is looked at too (EXISTS): MGET reads
+-- a key of another type as missing, and a request that touches one fails whether it writes it or
+-- not.
 local function flush()
-  for key in pairs(unsure) do
-    if states[key] == nil and bad[key] == nil and redis.call('EXISTS', key) == 1 then return key end
-  end
-  for j, key in ipairs(order) do
-    if unsure[key] and not redis.call('SET', key, encode_for(impls[key], states[key]), 'PX', ttls[key], 'NX') then
-      for i = 1, j - 1 do
-        if unsure[order[i]] then redis.call('DEL', order[i]) end
-      end
-      return key
+  if not by_get then
+    for ki = 1, nkeys do
+      if stored[ki] == false and states[ki] == nil and bad[ki] == nil and redis.call('EXISTS', KEYS[ki]) == 1 then return ki end
     end
   end
-  for _, key in ipairs(order) do
-    if not unsure[key] then
-      local ttl = ttls[key]
+  for j = 1, norder do
+    local ki = order[j]
+    if unsure(ki) and not redis.call('SET', KEYS[ki], encode_for(impls[ki], states[ki]), 'PX', ttls[ki], 'NX') then
+      for i = 1, j - 1 do
+        if unsure(order[i]) then redis.call('DEL', KEYS[order[i]]) end
+      end
+      return ki
+    end
+  end
+  for j = 1, norder do
+    local ki = order[j]
+    if not unsure(ki) then
+      local ttl = ttls[ki]
       if ttl then
-        redis.call('SET', key, encode_for(impls[key], states[key]), 'PX', ttl)
+        redis.call('SET', KEYS[ki], encode_for(impls[ki], states[ki]), 'PX', ttl)
       else
-        redis.call('SET', key, encode_for(impls[key], states[key]), 'KEEPTTL')
+        redis.call('SET', KEYS[ki], encode_for(impls[ki], states[ki]), 'KEEPTTL')
       end
     end
   end
@@ -218,5 +252,5 @@ while true do
   if not write then return out end
   local failed = flush()
   if failed == nil then return out end
-  bad[failed] = 'WRONGTYPE ' .. failed .. ' holds a value of another type than a counter'
+  bad[failed] = 'WRONGTYPE ' .. KEYS[failed] .. ' holds a value of another type than a counter'
 end

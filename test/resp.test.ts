@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { Command } from 'ioredis';
 import type { LimitCheck } from '../src/store/store';
-import { decideArgs } from '../src/store/redis';
+import { decideArgs, decideSpec } from '../src/store/redis';
 import { encodeCall, RespWriter } from '../src/store/resp';
 
 // What ioredis itself writes for a command of these arguments: the reference.
@@ -70,7 +70,24 @@ describe('RESP written by sluice (decide calls)', () => {
     ];
     for (const [countDenied, time, scope] of [[false, '', 'request'], [true, '1700000000123', 'group']] as const) {
       const [numKeys, args] = decideArgs(requests, countDenied, time, scope);
-      assert.equal(numKeys, 5);
+      // Each key once, in order of first use (second[1] is in two requests).
+      assert.deepEqual(args.slice(0, numKeys), [first[0].key, first[1].key, second[1].key, second[0].key]);
+      // Read back as decide.lua reads it: each limit's key, spec and hits, request by request.
+      const argv = args.slice(numKeys).map(String);
+      const specs = argv.slice(5, 5 + Number(argv[4]));
+      const read: string[][] = [];
+      for (let a = 5 + specs.length; a < argv.length; ) {
+        const n = Number(argv[a++]);
+        const limits: string[] = [];
+        for (let i = 0; i < n; i++, a += 2) {
+          const ref = Number(argv[a]);
+          const k = ((ref - 1) % numKeys) + 1;
+          limits.push(`${String(args[k - 1])} ${specs[(ref - k) / numKeys]} ${argv[a + 1]}`);
+        }
+        read.push(limits);
+      }
+      assert.deepEqual(argv.slice(0, 4), [countDenied ? '1' : '0', time, scope, '3']);
+      assert.deepEqual(read, requests.map((r) => r.idx.map((i) => `${r.all[i].key} ${decideSpec(r.all[i])} ${r.all[i].hits}`)));
       assert.deepEqual(encodeCall('FCALL', 'sluice_abc_decide', numKeys, args), ioredisBytes('FCALL', ['sluice_abc_decide', numKeys, ...args]));
     }
   });

@@ -50,8 +50,6 @@ interface Before {
   resetMs: number;
 }
 
-// Per limit in a decide reply: flags (1 allowed, 2 consumed) and the state before.
-const FIELDS = 2;
 // Requests per batched decide call at most (and MAX_BATCH keys): one script call stays short.
 const BATCH_REQUESTS = 64;
 
@@ -255,10 +253,13 @@ export class RedisStore implements Store, SharedOps {
       const admitted = reply[p++];
       if (admitted === -1) return new Error(String(reply[p++]));
       const before: Before[] | undefined = scope === 'group' ? [] : undefined;
+      // Per limit: its flags (1 allowed, 2 consumed) when its counter had no state before, else
+      // the flags' digit and that state (lua/decide.lua).
       const outcomes = r.idx.map((i) => {
-        const o = outcomeFrom(r.all[i], reply[p] as number, reply[p + 1], now, before);
-        p += FIELDS;
-        return o;
+        const entry = reply[p++];
+        if (typeof entry === 'number') return outcomeFrom(r.all[i], entry, undefined, now, before);
+        const text = String(entry);
+        return outcomeFrom(r.all[i], text.charCodeAt(0) - 48, text.slice(1), now, before);
       });
       return { checks: r.idx, admitted: admitted === 1, now, outcomes, before };
     });
@@ -592,22 +593,38 @@ export class RedisStore implements Store, SharedOps {
 
 type DecideRequests = readonly { all: readonly LimitCheck[]; idx: number[] }[];
 
-// The decide script's keys and arguments for `requests` (see lua/decide.lua): the counters' keys;
-// then whether denied hits count, the time, the scope and the number of requests, and per request
-// its number of limits and each limit's spec and hits.
+// The decide script's keys and arguments for `requests` (see lua/decide.lua): the batch's counter
+// keys, each once; then whether denied hits count, the time, the scope, the number of requests,
+// the batch's limit specs (each once), and per request its number of limits and per limit which
+// key and spec (one number) and its hits. Keys and specs named by number cost the script array
+// lookups instead of strings to hash and compare per limit.
 export function decideArgs(requests: DecideRequests, countDenied: boolean, time: string, scope: string): [number, Arg[]] {
   const keys: Arg[] = [];
-  const argv: Arg[] = [countDenied ? '1' : '0', time, scope, requests.length];
+  const keyNumbers = new Map<string, number>();
+  const specs: string[] = [];
+  const specNumbers = new Map<string, number>();
+  // Per limit: its key's number, its spec's number, its hits; per request first its count.
+  const limits: number[] = [];
   for (const r of requests) {
-    argv.push(r.idx.length);
+    limits.push(r.idx.length);
     for (const i of r.idx) {
       const c = r.all[i];
-      keys.push(c.key);
-      argv.push(decideSpec(c), c.hits);
+      let k = keyNumbers.get(c.key);
+      if (k === undefined) keyNumbers.set(c.key, (k = keys.push(c.key)));
+      const text = decideSpec(c);
+      let s = specNumbers.get(text);
+      if (s === undefined) specNumbers.set(text, (s = specs.push(text)));
+      limits.push(k, s, c.hits);
     }
   }
   const n = keys.length;
-  for (const a of argv) keys.push(a);
+  keys.push(countDenied ? '1' : '0', time, scope, requests.length, specs.length);
+  for (const text of specs) keys.push(text);
+  for (let j = 0; j < limits.length; ) {
+    const count = limits[j++];
+    keys.push(count);
+    for (let e = 0; e < count; e++, j += 3) keys.push((limits[j + 1] - 1) * n + limits[j], limits[j + 2]);
+  }
   return [n, keys];
 }
 
