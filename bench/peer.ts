@@ -7,6 +7,7 @@ import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls
 import { freePort, type RedisNode, startRedis } from '../test/support/redis';
 import { spawnServer, type ServerProcess } from '../test/support/process';
 import { horizontalBars } from './chart';
+import { scriptFloor } from './script-floor';
 import { processCpuSeconds, redisCpuSeconds } from './cpu';
 import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, runKeysLoad, waitReady } from './fleet';
 
@@ -48,6 +49,8 @@ export interface PeerRow {
   // Redis commands (all but INFO, counting those run inside scripts) per request: upstream
   // pipelines INCRBY + EXPIRE per descriptor.
   redisCommandsPerReq: number;
+  // sluice: requests per script call (its batches).
+  requestsPerScriptCall?: number;
   // Ratios to the better upstream row (defaults or pipeline window) of the same descriptor count.
   rateRatio: number;
   cpuRatio: number;
@@ -59,6 +62,9 @@ export interface PeerRow {
 
 export interface PeerBench {
   rows: PeerRow[];
+  // 3 descriptors x 100k keys: Redis CPU of a function that only reads and creates the counters,
+  // in batches of sluice's size (bench/script-floor.ts), and its ratio to upstream's row.
+  floor?: { batchRequests: number; redisCpuUsPerDescriptor: number; redisRatio: number };
   // Paced at half upstream's best rate (1 descriptor): p50/p99 of each service.
   halfRate: { server: PeerServer; reqPerSec: number; p50Ms: number; p99Ms: number }[];
   binary: string;
@@ -112,10 +118,12 @@ function affinityMask(pid: number): string {
   return /: ([0-9a-f]+)\s*$/.exec(execFileSync('taskset', ['-p', String(pid)], { encoding: 'utf8' }))![1];
 }
 
-async function redisCounters(node: RedisNode): Promise<{ cpu: number; commands: number }> {
+async function redisCounters(node: RedisNode): Promise<{ cpu: number; commands: number; scripts: number }> {
   const cpu = await redisCpuSeconds(node);
-  const commands = [...(await node.cli('INFO', 'commandstats')).matchAll(/cmdstat_(\w+):calls=(\d+)/g)].filter((m) => m[1] !== 'info').reduce((a, m) => a + Number(m[2]), 0);
-  return { cpu, commands };
+  const stats = [...(await node.cli('INFO', 'commandstats')).matchAll(/cmdstat_(\w+):calls=(\d+)/g)];
+  const commands = stats.filter((m) => m[1] !== 'info').reduce((a, m) => a + Number(m[2]), 0);
+  const scripts = stats.filter((m) => m[1] === 'fcall' || m[1] === 'evalsha').reduce((a, m) => a + Number(m[2]), 0);
+  return { cpu, commands, scripts };
 }
 
 // The same file for both services: upstream's format, nothing else (upstream rejects unknown
@@ -258,6 +266,7 @@ async function measureRow(t: Running, redis: RedisNode, descriptors: 1 | 3, keys
     serverCpuUsPerReq: ((cpu1 - cpu0) * 1e6) / requests,
     redisCpuUsPerDescriptor: ((r1.cpu - r0.cpu) * 1e6) / (requests * descriptors),
     redisCommandsPerReq: (r1.commands - r0.commands) / requests, // INFO itself excluded by name
+    requestsPerScriptCall: r1.scripts > r0.scripts ? requests / (r1.scripts - r0.scripts) : undefined,
   };
 }
 
@@ -314,6 +323,15 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
       }
     }
 
+    // Redis' floor for new counters, on the same Redis: what deciding adds is the row above it.
+    const off = rows.find((r) => r.server === 'sluice, leases off' && r.descriptors === 3 && r.keys > 1);
+    const up3 = rows.find((r) => r.server.startsWith('upstream') && r.descriptors === 3 && r.keys > 1 && r.redisRatio === 1);
+    let floor: PeerBench['floor'];
+    if (off?.requestsPerScriptCall !== undefined && up3 !== undefined) {
+      const us = await scriptFloor(redis, off.requestsPerScriptCall, Math.round(requests / 2));
+      floor = { batchRequests: off.requestsPerScriptCall, redisCpuUsPerDescriptor: us, redisRatio: us / up3.redisCpuUsPerDescriptor };
+    }
+
     // Latency at half upstream's best rate (1 descriptor, hot key), paced (h2load --rps) on 16
     // connections x 1 stream: one stream per connection, so no bursts, and each connection's pace
     // (a request every ~2 ms here) stays above either service's latency.
@@ -339,6 +357,7 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
     }
     return {
       rows,
+      floor,
       halfRate,
       binary,
       install,

@@ -91,6 +91,12 @@ async function main(): Promise<void> {
       for (const c of p.commands) console.log(`  ${c}`);
       console.log('');
       console.log(peerTable(p.rows));
+      if (p.floor !== undefined) {
+        const f = p.floor;
+        console.log(
+          `\n  Redis' floor at 3 descriptors x 100,000 keys: a function taking decide's arguments that only reads (MGET) and creates (SET PX NX) the counters, in calls of ${f.batchRequests.toFixed(1)} requests (sluice's), costs Redis ${f.redisCpuUsPerDescriptor.toFixed(2)} µs/descriptor (${f.redisRatio.toFixed(2)}× upstream)`,
+        );
+      }
       const h = p.halfRate.map((r) => `${r.server} ${fmt(r.reqPerSec)}/s, p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms`);
       console.log(`\n  paced at half upstream's best rate (1 descriptor, hot key; h2load --rps, 16 connections x 1 stream): ${h.join('; ')}`);
       fs.writeFileSync(PEER_CHART, peerChart(p.rows, `${machine}, node ${process.version}; ${p.pinning.startsWith('unpinned') ? 'unpinned' : 'each service on core 1, Redis and h2load on core 0'}; BENCH_SECTIONS=peer npm run bench, ${new Date().toISOString().slice(0, 10)}`));

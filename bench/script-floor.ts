@@ -1,0 +1,81 @@
+import { Redis } from 'ioredis';
+import { counterKey } from '../src/keys';
+import { decideArgs } from '../src/store/redis';
+import type { LimitCheck } from '../src/store/store';
+import type { RedisNode } from '../test/support/redis';
+import { redisCpuSeconds } from './cpu';
+
+// What Redis pays for a decide call on new counters before the script decides anything: a
+// function that takes decide's own arguments (bench/peer.ts' three descriptors, every key new),
+// reads the counters (MGET), creates each (SET PX NX, a window's state) and answers in decide's
+// shape for new counters (admitted, then flags per limit), with nothing in between. Every script
+// that keeps a counter per key with its own expiry pays at least this; the peer section reports it
+// beside upstream's INCRBY + EXPIRE.
+
+const LIBRARY = `#!lua name=sluice_bench_floor
+redis.register_function('sluice_bench_floor', function(KEYS, ARGV)
+  redis.call('TIME')
+  redis.call('MGET', unpack(KEYS))
+  for i = 1, #KEYS do redis.call('SET', KEYS[i], '1764640000000:1', 'PX', 60000, 'NX') end
+  local out, no = { 1 }, 1
+  local a = 6 + tonumber(ARGV[5])
+  for _ = 1, tonumber(ARGV[4]) do
+    local n = tonumber(ARGV[a])
+    no = no + 1
+    out[no] = 1
+    for _ = 1, n do
+      no = no + 1
+      out[no] = 3
+    end
+    a = a + 1 + 2 * n
+  end
+  return out
+end)`;
+
+// Calls in flight at once, as a busy sluice replica has (one batch per event-loop turn).
+const IN_FLIGHT = 2;
+
+// The request of `peerRequest(3)` with its values made distinct by `i`, as keys-load sends it.
+function checks(i: number): LimitCheck[] {
+  const spec = { algorithm: 'fixed_window' as const, limit: 1_000_000_000, periodMs: 60_000, burst: 1_000_000_000, mode: 'enforce' as const, hits: 1 };
+  const descriptors = [[['tenant', 'cust_ent_9942']], [['tenant', 'cust_ent_9942'], ['route', '/v1/payments/checkout']], [['remote_address', '198.51.100.7']]];
+  return descriptors.map((entries) => ({
+    ...spec,
+    key: counterKey({ domain: 'bench', entries: entries.map(([key, value]) => ({ key, value: `${value}-${i}` })), algorithm: 'fixed_window', periodMs: 60_000 }, { prefix: 'floor:', hashTag: 'descriptor' }),
+  }));
+}
+
+// Redis CPU µs per descriptor of `requests` requests of 3 new counters each, in calls of
+// `batchRequests` requests.
+export async function scriptFloor(redis: RedisNode, batchRequests: number, requests: number): Promise<number> {
+  const conn = new Redis({ port: redis.port, host: '127.0.0.1', lazyConnect: true });
+  await conn.connect();
+  try {
+    await conn.call('FUNCTION', 'LOAD', 'REPLACE', LIBRARY);
+    const batch = Math.max(1, Math.round(batchRequests));
+    let next = 0;
+    const run = async (count: number) => {
+      const end = next + count;
+      const worker = async () => {
+        while (next < end) {
+          const first = next;
+          next = Math.min(end, next + batch);
+          const reqs = [];
+          for (let i = first; i < next; i++) reqs.push({ all: checks(i), idx: [0, 1, 2] });
+          const [numKeys, args] = decideArgs(reqs, false, '', 'request');
+          const reply = (await conn.call('FCALL', 'sluice_bench_floor', numKeys, ...args)) as unknown[];
+          if (reply.length !== 1 + 4 * reqs.length) throw new Error(`floor function answered ${reply.length} entries for ${reqs.length} requests`);
+        }
+      };
+      await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
+    };
+    await run(Math.min(20_000, requests)); // warm-up, as the rows have
+    const cpu0 = await redisCpuSeconds(redis);
+    await run(requests);
+    const cpu1 = await redisCpuSeconds(redis);
+    return ((cpu1 - cpu0) * 1e6) / (requests * 3);
+  } finally {
+    await conn.call('FUNCTION', 'DELETE', 'sluice_bench_floor').catch(() => undefined);
+    conn.disconnect();
+  }
+}
