@@ -46,15 +46,16 @@ function fixed.view(state, s, now)
   return math.max(0, s.limit - count), start + s.period - now, count
 end
 
+-- Written out (no window_start, fixed_count): it runs for every limit of every request.
 function fixed.decide(state, s, hits, now)
-  local start = window_start(now, s.period)
-  local count = fixed_count(state, start)
-  local allowed = count + hits <= s.limit
-  local retry = 0
-  if not allowed then
-    if hits <= s.limit then retry = start + s.period - now else retry = INF end
-  end
-  return allowed, retry, { start, count + hits }
+  local p, limit = s.period, s.limit
+  local start = math.floor(now / p) * p
+  local count = 0
+  if state ~= nil and state[1] == start then count = state[2] end
+  if count + hits <= limit then return true, 0, { start, count + hits } end
+  local retry = INF
+  if hits <= limit then retry = start + p - now end
+  return false, retry, { start, count + hits }
 end
 
 -- A window's key lives until its window is of no more use (ttl), the same instant for every write
@@ -65,7 +66,9 @@ function fixed.same_expiry(before, nxt)
 end
 
 function fixed.ttl(state, s, now)
-  return math.max(1, state[1] + s.period - now)
+  local t = state[1] + s.period - now
+  if t > 1 then return t end
+  return 1
 end
 
 function fixed.refund(state, s, hits, decided_at, now)
@@ -329,8 +332,9 @@ local function decode_state(raw)
   return { tonumber(a) }
 end
 
+-- x % 1 == 0: x is whole (no library call); false for inf and nan.
 local function integral(x)
-  return x == math.floor(x) and x > -1e15 and x < 1e15
+  return x % 1 == 0 and x > -1e15 and x < 1e15
 end
 
 local function encode_number(x)
@@ -342,7 +346,7 @@ local function encode_state(state)
   if #state == 2 then
     -- Windows' states are two whole numbers: one format costs Redis less than two and a join.
     local a, b = state[1], state[2]
-    if integral(a) and integral(b) then
+    if a % 1 == 0 and b % 1 == 0 and a > -1e15 and a < 1e15 and b > -1e15 and b < 1e15 then
       return string.format('%d:%d', a, b)
     end
     return encode_number(a) .. ':' .. encode_number(b)
@@ -350,6 +354,22 @@ local function encode_state(state)
   local parts = {}
   for i = 1, #state do parts[i] = encode_number(state[i]) end
   return table.concat(parts, ':')
+end
+
+-- A fixed window's text, as encode_state writes it, made once per small count and window: the
+-- new counters of a batch (this window, a count of 1) all store the same text.
+local FIXED_TEXTS = {}
+
+function fixed.encode(state)
+  local start, count = state[1], state[2]
+  if count >= 1 and count <= 16 and count % 1 == 0 then
+    local made = FIXED_TEXTS[count]
+    if made ~= nil and made.start == start then return made.text end
+    local text = encode_state(state)
+    FIXED_TEXTS[count] = { start = start, text = text }
+    return text
+  end
+  return encode_state(state)
 end
 
 -- A fixed window in envoyproxy/ratelimit's layout (KEY_LAYOUT=upstream): the key names its window
@@ -509,8 +529,14 @@ end
 
 -- The same as a number, which redis.call writes out itself (a whole number as one: "%.17g"): no
 -- Lua string to make and intern per counter written.
+-- min(MAX_TTL, max(1, ceil(t))) without a library call: it runs for every counter written.
 local function state_ttl_ms(impl, state, s, now)
-  return math.min(MAX_TTL, math.max(1, math.ceil(impl.ttl(state, s, now))))
+  local t = impl.ttl(state, s, now)
+  if not (t > 1) then return 1 end
+  if t >= MAX_TTL then return MAX_TTL end
+  local fraction = t % 1
+  if fraction == 0 then return t end
+  return t - fraction + 1
 end
 
 local function write_state(key, impl, state, s, now)

@@ -56,7 +56,7 @@ local nkeys = #KEYS
 local bad = {}
 
 -- Every counter of the batch as stored (false: none), read once. MGET reads a key of another type
--- as missing, so a missing key is unsure (see unsure): peek reads it again with GET, which fails on
+-- as missing, so a key it finds missing is unsure: peek reads it again with GET, which fails on
 -- another type (WRONGTYPE); a write creates it with NX at the end (see flush). unpack's stack
 -- bounds one MGET; one key, or very many, are read with GET, which leaves nothing unsure.
 local stored
@@ -82,13 +82,8 @@ do
   end
 end
 
--- Read as missing by MGET: it may be a key of another type.
-local function unsure(ki)
-  return not by_get and stored[ki] == false
-end
-
--- The batch's specs, parsed when first used.
-local specs = {}
+-- The batch's specs, parsed when first used; its hits texts as numbers (a batch has few).
+local specs, hits_of = {}, {}
 local function spec_at(si)
   local s = specs[si]
   if s ~= nil then return s end
@@ -120,9 +115,15 @@ local function decide_request(out, no, r, n, a)
     local ki = (ref - 1) % nkeys + 1
     local why = bad[ki]
     if why ~= nil then error({ err = why }) end
-    local hits = tonumber(ARGV[b + 1])
-    if hits == nil then error('not a number of hits: ' .. tostring(ARGV[b + 1])) end
-    kis[i], sps[i], hitss[i] = ki, spec_at((ref - ki) / nkeys + 1), hits
+    local text = ARGV[b + 1]
+    local hits = hits_of[text]
+    if hits == nil then
+      hits = tonumber(text)
+      if hits == nil then error('not a number of hits: ' .. tostring(text)) end
+      hits_of[text] = hits
+    end
+    local si = (ref - ki) / nkeys + 1
+    kis[i], sps[i], hitss[i] = ki, specs[si] or spec_at(si), hits
   end
   local admitted = true
   local quota_total, quota_denied = 0, 0
@@ -211,29 +212,29 @@ local function decide_all()
   return out
 end
 
--- Writes the batch's counters: first those MGET found missing, with NX, which refuses to replace a
--- key of another type. Returns the first such key's number (after deleting what it had created),
+-- Writes the batch's counters. Those MGET found missing first, with NX, which refuses to replace a
+-- key of another type: returns the first such key's number (after deleting what it had created),
 -- else nil. A missing counter that was read but not written is looked at too (EXISTS): MGET reads
 -- a key of another type as missing, and a request that touches one fails whether it writes it or
--- not.
+-- not. Counters read one by one (by_get) are sure: GET fails on another type.
 local function flush()
   if not by_get then
     for ki = 1, nkeys do
       if stored[ki] == false and states[ki] == nil and bad[ki] == nil and redis.call('EXISTS', KEYS[ki]) == 1 then return ki end
     end
-  end
-  for j = 1, norder do
-    local ki = order[j]
-    if unsure(ki) and not redis.call('SET', KEYS[ki], encode_for(impls[ki], states[ki]), 'PX', ttls[ki], 'NX') then
-      for i = 1, j - 1 do
-        if unsure(order[i]) then redis.call('DEL', KEYS[order[i]]) end
+    for j = 1, norder do
+      local ki = order[j]
+      if stored[ki] == false and not redis.call('SET', KEYS[ki], encode_for(impls[ki], states[ki]), 'PX', ttls[ki], 'NX') then
+        for i = 1, j - 1 do
+          if stored[order[i]] == false then redis.call('DEL', KEYS[order[i]]) end
+        end
+        return ki
       end
-      return ki
     end
   end
   for j = 1, norder do
     local ki = order[j]
-    if not unsure(ki) then
+    if by_get or stored[ki] then
       local ttl = ttls[ki]
       if ttl then
         redis.call('SET', KEYS[ki], encode_for(impls[ki], states[ki]), 'PX', ttl)
