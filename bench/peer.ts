@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
+import { Redis } from 'ioredis';
 import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { freePort, type RedisNode, startRedis } from '../test/support/redis';
 import { spawnServer, type ServerProcess } from '../test/support/process';
@@ -249,7 +250,27 @@ async function load(t: Running, descriptors: 1 | 3, keys: number, requests: numb
   return { reqPerSec: r.reqPerSec, p50Ms: percentile(lat, 50), p99Ms: percentile(lat, 99) };
 }
 
+// Counters of earlier rows expire (60 s windows) while later rows run, and Redis' CPU for deleting
+// them would land on whichever row is measured then: every row starts without them.
+export async function clearCounters(redis: RedisNode): Promise<void> {
+  const conn = new Redis({ port: redis.port, host: '127.0.0.1', lazyConnect: true });
+  await conn.connect();
+  try {
+    for (const match of ['sluice:{bench|*', 'bench_*', 'floor:*']) {
+      let cursor = '0';
+      do {
+        const [next, keys] = await conn.scan(cursor, 'MATCH', match, 'COUNT', 5000);
+        if (keys.length > 0) await conn.unlink(...keys);
+        cursor = next;
+      } while (cursor !== '0');
+    }
+  } finally {
+    conn.disconnect();
+  }
+}
+
 async function measureRow(t: Running, redis: RedisNode, descriptors: 1 | 3, keys: number, requests: number): Promise<Measured> {
+  await clearCounters(redis);
   await load(t, descriptors, keys, Math.min(20_000, requests), false); // warm-up
   const cpu0 = processCpuSeconds(t.pid);
   const r0 = await redisCounters(redis);
@@ -328,6 +349,7 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
     const up3 = rows.find((r) => r.server.startsWith('upstream') && r.descriptors === 3 && r.keys > 1 && r.redisRatio === 1);
     let floor: PeerBench['floor'];
     if (off?.requestsPerScriptCall !== undefined && up3 !== undefined) {
+      await clearCounters(redis);
       const us = await scriptFloor(redis, off.requestsPerScriptCall, Math.round(requests / 2));
       floor = { batchRequests: off.requestsPerScriptCall, redisCpuUsPerDescriptor: us, redisRatio: us / up3.redisCpuUsPerDescriptor };
     }
