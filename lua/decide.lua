@@ -87,7 +87,7 @@ local specs, hits_of = {}, {}
 local function spec_at(si)
   local s = specs[si]
   if s ~= nil then return s end
-  if si == nil or si < 1 or si > nspecs or si % 1 ~= 0 then error('no limit spec ' .. tostring(si)) end
+  if si == nil or si < 1 or si > nspecs or si % 1 ~= 0 then error('no limit spec ' .. tostring(si), 0) end
   s = spec_of(ARGV[5 + si])
   specs[si] = s
   return s
@@ -111,7 +111,7 @@ local function decide_request(out, no, r, n, a)
   for i = 1, n do
     local b = a + 2 * i - 2
     local ref = tonumber(ARGV[b])
-    if ref == nil or ref < 1 then error('not a limit: ' .. tostring(ARGV[b])) end
+    if ref == nil or ref < 1 or ref % 1 ~= 0 then error('not a limit: ' .. tostring(ARGV[b]), 0) end
     local ki = (ref - 1) % nkeys + 1
     local why = bad[ki]
     if why ~= nil then error({ err = why }) end
@@ -119,7 +119,7 @@ local function decide_request(out, no, r, n, a)
     local hits = hits_of[text]
     if hits == nil then
       hits = tonumber(text)
-      if hits == nil then error('not a number of hits: ' .. tostring(text)) end
+      if hits == nil then error('not a number of hits: ' .. tostring(text), 0) end
       hits_of[text] = hits
     end
     local si = (ref - ki) / nkeys + 1

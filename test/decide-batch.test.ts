@@ -5,7 +5,8 @@ import { Redis } from 'ioredis';
 import { ManualClock } from '../src/clock';
 import type { Algorithm, LimitMode } from '../src/model';
 import { silentEvents } from '../src/store/events';
-import { RedisStore } from '../src/store/redis';
+import { decideArgs, RedisStore } from '../src/store/redis';
+import { loadScripts } from '../src/store/scripts';
 import type { LimitCheck } from '../src/store/store';
 import { scriptCalls, startRedis, stopAll, type RedisNode } from './support/redis';
 
@@ -146,5 +147,21 @@ describe('decide.lua batches', () => {
     assert.ok(counts.consumedTwice > 100, `batches with a key used twice: ${counts.consumedTwice}`);
     assert.ok(counts.failed > 20, `requests failed on the key of another type: ${counts.failed}`);
     assert.ok(counts.kept > 20, `counters that kept their expiry: ${counts.kept}`);
+  });
+
+  // The caller never sends these; the script must still fail only the request that has them.
+  test('a request with a malformed limit fails alone and writes nothing', async () => {
+    clock.set(T0 + 500_000_000);
+    const limit = (key: string): LimitCheck => ({ key, algorithm: 'fixed_window', limit: 5, periodMs: 60_000, burst: 5, hits: 1, mode: 'enforce' });
+    const requests = ['m:1', 'm:2', 'm:3', 'm:4'].map((key) => ({ all: [limit(key)], idx: [0] }));
+    const [numKeys, args] = decideArgs(requests, false, String(T0 + 500_000_000), 'request');
+    // ARGV: 5 fields, 1 spec, then per request its count, the limit's number and its hits.
+    const at = (request: number) => numKeys + 6 + 3 * request;
+    args[at(1) + 1] = '1.5';
+    args[at(2) + 2] = 'x';
+    args[at(3) + 1] = '0';
+    const reply = (await conn.call('FCALL', loadScripts().functions.decide, numKeys, ...args)) as unknown[];
+    assert.deepEqual(reply.slice(1), [1, 3, -1, 'not a limit: 1.5', -1, 'not a number of hits: x', -1, 'not a limit: 0']);
+    assert.deepEqual(await conn.mget('m:1', 'm:2', 'm:3', 'm:4'), [`${T0 + 500_000_000 - ((T0 + 500_000_000) % 60_000)}:1`, null, null, null]);
   });
 });
