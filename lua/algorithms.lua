@@ -344,7 +344,8 @@ end
 
 local function encode_state(state)
   if #state == 2 then
-    -- Windows' states are two whole numbers: one format costs Redis less than two and a join.
+    -- Windows' states are two whole numbers: one format costs Redis less than two and a join
+    -- (integral, written out: this runs for every counter written).
     local a, b = state[1], state[2]
     if a % 1 == 0 and b % 1 == 0 and a > -1e15 and a < 1e15 and b > -1e15 and b < 1e15 then
       return string.format('%d:%d', a, b)
@@ -527,9 +528,8 @@ local function state_ttl(impl, state, s, now)
   return string.format('%d', math.min(MAX_TTL, math.max(1, math.ceil(impl.ttl(state, s, now)))))
 end
 
--- The same as a number, which redis.call writes out itself (a whole number as one: "%.17g"): no
--- Lua string to make and intern per counter written.
--- min(MAX_TTL, max(1, ceil(t))) without a library call: it runs for every counter written.
+-- The same as a number, which redis.call writes out itself (a whole number as one, "%.17g"): no
+-- Lua string to make per counter written; and min(MAX_TTL, max(1, ceil(t))) without library calls.
 local function state_ttl_ms(impl, state, s, now)
   local t = impl.ttl(state, s, now)
   if not (t > 1) then return 1 end

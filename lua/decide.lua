@@ -33,8 +33,9 @@ string), then per request: admitted (1|0), then per limit one entry: its flags (
 consumed) as a number when the counter had no state before this request, else the flags as one
 digit followed by that state as stored ("3" .. "a:b"; after an earlier request of the batch, the
 text it would have stored) }; a request that failed (it wrote nothing) is -1 and the error message
-instead. One entry per limit, not two: converting the reply is Redis' work per entry. A request fails when one of its keys holds another type than
-a counter, whether it would write that key or not.
+instead. One entry per limit, not two: converting the reply is Redis' work per entry. A request
+fails when one of its keys holds another type than a counter, whether it would write that key or
+not.
 Everything a caller reports (remaining, reset, retry-after, used before) follows from the state
 before, the time and the limit by the algorithms' view and decide, which the Node side runs itself
 (src/limiter/algorithms mirror this file): computing and formatting them here would spend the one
