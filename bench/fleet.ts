@@ -19,6 +19,12 @@ export function h2loadAvailable(): boolean {
   return !spawnSync('h2load', ['--version']).error;
 }
 
+// The i-th of a template's distinct requests: every entry's value with `-<i>` appended (keys-load's
+// 100,000-key rows, and the peer section's floor, which must name the same counters).
+export function distinctRequest(template: RateLimitRequest, i: number): RateLimitRequest {
+  return { ...template, descriptors: template.descriptors.map((d) => ({ ...d, entries: d.entries.map((e) => ({ ...e, value: `${e.value}-${i}` })) })) };
+}
+
 export function grpcFrame(message: Uint8Array): Buffer {
   const frame = Buffer.alloc(5 + message.length);
   frame.writeUInt32BE(message.length, 1);

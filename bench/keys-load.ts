@@ -2,7 +2,7 @@ import net from 'node:net';
 import { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { encodeHeaders, HpackDecoder } from '../src/server/h2grpc/hpack';
 import { ACK, DATA, encodeFrame as frame, END_HEADERS, END_STREAM, GOAWAY, HEADERS, MAX_WINDOW, PING, PREFACE, RST_STREAM, SETTINGS, SETTINGS_INITIAL_WINDOW_SIZE, u32, WINDOW_UPDATE } from '../src/server/h2grpc/wire';
-import { grpcFrame, percentile } from './fleet';
+import { distinctRequest, grpcFrame, percentile } from './fleet';
 
 // A load generator for what h2load cannot do: a different request body per call (h2load sends
 // one body), here `keys` distinct requests in turn, so that every call touches counters spread
@@ -35,7 +35,7 @@ function frames(a: Args): Buffer[] {
     grpcFrame(
       RateLimitRequest.encode(
         template !== undefined
-          ? { ...template, descriptors: template.descriptors.map((d) => ({ ...d, entries: d.entries.map((e) => ({ ...e, value: `${e.value}-${i}` })) })) }
+          ? distinctRequest(template, i)
           : {
               domain: 'bench',
               descriptors: Array.from({ length: a.descriptors }, (_, d) => ({ entries: [{ key: 'fixed_window', value: `key-${d}-${i}` }] })),

@@ -129,8 +129,11 @@ async function redisCounters(node: RedisNode): Promise<{ cpu: number; commands: 
 
 // The same file for both services: upstream's format, nothing else (upstream rejects unknown
 // keys), so the default algorithm, fixed window, applies; limits far above what is sent.
+// Requests a minute per descriptor: never reached.
+const PEER_LIMIT_PER_MINUTE = 1_000_000_000;
+
 export function writeConfig(root: string): void {
-  const limit = '{ unit: minute, requests_per_unit: 1000000000 }';
+  const limit = `{ unit: minute, requests_per_unit: ${PEER_LIMIT_PER_MINUTE} }`;
   const dir = path.join(root, 'bench', 'config');
   fs.mkdirSync(dir, { recursive: true });
   fs.writeFileSync(
@@ -350,7 +353,7 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
     let floor: PeerBench['floor'];
     if (off?.requestsPerScriptCall !== undefined && up3 !== undefined) {
       await clearCounters(redis);
-      const us = await scriptFloor(redis, off.requestsPerScriptCall, Math.round(requests / 2));
+      const us = await scriptFloor(redis, { template: peerRequest(3), limitPerMinute: PEER_LIMIT_PER_MINUTE, batchRequests: off.requestsPerScriptCall, requests: Math.round(requests / 2) });
       floor = { batchRequests: off.requestsPerScriptCall, redisCpuUsPerDescriptor: us, redisRatio: us / up3.redisCpuUsPerDescriptor };
     }
 

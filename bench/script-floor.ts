@@ -2,11 +2,13 @@ import { Redis } from 'ioredis';
 import { counterKey } from '../src/keys';
 import { decideArgs } from '../src/store/redis';
 import type { LimitCheck } from '../src/store/store';
+import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import type { RedisNode } from '../test/support/redis';
 import { redisCpuSeconds } from './cpu';
+import { distinctRequest } from './fleet';
 
 // What Redis pays for a decide call on new counters before the script decides anything: a
-// function that takes decide's own arguments (bench/peer.ts' three descriptors, every key new),
+// function that takes decide's own arguments (bench/peer.ts' request, every key new),
 // reads the counters (MGET), creates each (SET PX NX, a window's state) and answers in decide's
 // shape for new counters (admitted, then flags per limit), with nothing in between. Every script
 // that keeps a counter per key with its own expiry pays at least this; the peer section reports it
@@ -35,19 +37,33 @@ end)`;
 // Calls in flight at once, as a busy sluice replica has (one batch per event-loop turn).
 const IN_FLIGHT = 2;
 
-// The request of `peerRequest(3)` with its values made distinct by `i`, as keys-load sends it.
-function checks(i: number): LimitCheck[] {
-  const spec = { algorithm: 'fixed_window' as const, limit: 1_000_000_000, periodMs: 60_000, burst: 1_000_000_000, mode: 'enforce' as const, hits: 1 };
-  const descriptors = [[['tenant', 'cust_ent_9942']], [['tenant', 'cust_ent_9942'], ['route', '/v1/payments/checkout']], [['remote_address', '198.51.100.7']]];
-  return descriptors.map((entries) => ({
-    ...spec,
-    key: counterKey({ domain: 'bench', entries: entries.map(([key, value]) => ({ key, value: `${value}-${i}` })), algorithm: 'fixed_window', periodMs: 60_000 }, { prefix: 'floor:', hashTag: 'descriptor' }),
+// The i-th distinct request of the template as sluice's limit checks: its descriptors' counters
+// (fixed window, one minute, the config's limit), under a prefix of their own.
+function checks(template: RateLimitRequest, limitPerMinute: number, i: number): LimitCheck[] {
+  return distinctRequest(template, i).descriptors.map((d) => ({
+    key: counterKey({ domain: template.domain, entries: d.entries, algorithm: 'fixed_window', periodMs: 60_000 }, { prefix: 'floor:', hashTag: 'descriptor' }),
+    algorithm: 'fixed_window',
+    limit: limitPerMinute,
+    periodMs: 60_000,
+    burst: limitPerMinute,
+    hits: 1,
+    mode: 'enforce',
   }));
 }
 
-// Redis CPU µs per descriptor of `requests` requests of 3 new counters each, in calls of
-// `batchRequests` requests.
-export async function scriptFloor(redis: RedisNode, batchRequests: number, requests: number): Promise<number> {
+export interface FloorOptions {
+  // bench/peer.ts' request and its config's limit: keys-load sends this request's distinct variants.
+  template: RateLimitRequest;
+  limitPerMinute: number;
+  // Requests per call (sluice's mean in the same run), and how many to measure.
+  batchRequests: number;
+  requests: number;
+}
+
+// Redis CPU µs per descriptor of `requests` distinct requests, every counter new.
+export async function scriptFloor(redis: RedisNode, o: FloorOptions): Promise<number> {
+  const { template, limitPerMinute, batchRequests, requests } = o;
+  const descriptors = template.descriptors.length;
   const conn = new Redis({ port: redis.port, host: '127.0.0.1', lazyConnect: true });
   await conn.connect();
   try {
@@ -61,10 +77,13 @@ export async function scriptFloor(redis: RedisNode, batchRequests: number, reque
           const first = next;
           next = Math.min(end, next + batch);
           const reqs = [];
-          for (let i = first; i < next; i++) reqs.push({ all: checks(i), idx: [0, 1, 2] });
+          for (let i = first; i < next; i++) {
+            const all = checks(template, limitPerMinute, i);
+            reqs.push({ all, idx: all.map((_, j) => j) });
+          }
           const [numKeys, args] = decideArgs(reqs, false, '', 'request');
           const reply = (await conn.call('FCALL', 'sluice_bench_floor', numKeys, ...args)) as unknown[];
-          if (reply.length !== 1 + 4 * reqs.length) throw new Error(`floor function answered ${reply.length} entries for ${reqs.length} requests`);
+          if (reply.length !== (1 + descriptors) * reqs.length + 1) throw new Error(`floor function answered ${reply.length} entries for ${reqs.length} requests`);
         }
       };
       await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
@@ -73,7 +92,7 @@ export async function scriptFloor(redis: RedisNode, batchRequests: number, reque
     const cpu0 = await redisCpuSeconds(redis);
     await run(requests);
     const cpu1 = await redisCpuSeconds(redis);
-    return ((cpu1 - cpu0) * 1e6) / (requests * 3);
+    return ((cpu1 - cpu0) * 1e6) / (requests * descriptors);
   } finally {
     await conn.call('FUNCTION', 'DELETE', 'sluice_bench_floor').catch(() => undefined);
     conn.disconnect();
