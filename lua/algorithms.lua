@@ -344,10 +344,9 @@ end
 
 local function encode_state(state)
   if #state == 2 then
-    -- Windows' states are two whole numbers: one format costs Redis less than two and a join
-    -- (integral, written out: this runs for every counter written).
+    -- Windows' states are two whole numbers: one format costs Redis less than two and a join.
     local a, b = state[1], state[2]
-    if a % 1 == 0 and b % 1 == 0 and a > -1e15 and a < 1e15 and b > -1e15 and b < 1e15 then
+    if integral(a) and integral(b) then
       return string.format('%d:%d', a, b)
     end
     return encode_number(a) .. ':' .. encode_number(b)
@@ -523,13 +522,9 @@ local function now_ms(explicit)
   return ms
 end
 
--- How long a counter in `state` must be kept, ms: whole, at least 1, at most MAX_TTL.
-local function state_ttl(impl, state, s, now)
-  return string.format('%d', math.min(MAX_TTL, math.max(1, math.ceil(impl.ttl(state, s, now)))))
-end
-
--- The same as a number, which redis.call writes out itself (a whole number as one, "%.17g"): no
--- Lua string to make per counter written; and min(MAX_TTL, max(1, ceil(t))) without library calls.
+-- How long a counter in `state` must be kept, ms: whole, at least 1, at most MAX_TTL, i.e.
+-- min(MAX_TTL, max(1, ceil(t))) without library calls (it runs for every counter decide writes). A
+-- number: redis.call writes a whole number out as one ("%.17g"), no Lua string to make.
 local function state_ttl_ms(impl, state, s, now)
   local t = impl.ttl(state, s, now)
   if not (t > 1) then return 1 end
@@ -540,7 +535,7 @@ local function state_ttl_ms(impl, state, s, now)
 end
 
 local function write_state(key, impl, state, s, now)
-  redis.call('SET', key, encode_for(impl, state), 'PX', state_ttl(impl, state, s, now))
+  redis.call('SET', key, encode_for(impl, state), 'PX', state_ttl_ms(impl, state, s, now))
 end
 
 -- The loop of the batch scripts (absorb, refund, restore): entry i is KEYS[i] and `width` ARGV
