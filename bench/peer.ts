@@ -259,7 +259,7 @@ export async function clearCounters(redis: RedisNode): Promise<void> {
   const conn = new Redis({ port: redis.port, host: '127.0.0.1', lazyConnect: true });
   await conn.connect();
   try {
-    for (const match of ['sluice:{bench|*', 'bench_*', 'floor:*']) {
+    for (const match of ['sluice:{bench|*', 'sluice:{}windows|*', 'bench_*', 'floor:*']) {
       let cursor = '0';
       do {
         const [next, keys] = await conn.scan(cursor, 'MATCH', match, 'COUNT', 5000);
@@ -353,7 +353,7 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
     let floor: PeerBench['floor'];
     if (off?.requestsPerScriptCall !== undefined && up3 !== undefined) {
       await clearCounters(redis);
-      const us = await scriptFloor(redis, { template: peerRequest(3), limitPerMinute: PEER_LIMIT_PER_MINUTE, batchRequests: off.requestsPerScriptCall, requests: Math.round(requests / 2) });
+      const us = await scriptFloor(redis, { template: peerRequest(3), limitPerMinute: PEER_LIMIT_PER_MINUTE, batchRequests: off.requestsPerScriptCall, requests: Math.round(requests / 2), windowHashes: true });
       floor = { batchRequests: off.requestsPerScriptCall, redisCpuUsPerDescriptor: us, redisRatio: us / up3.redisCpuUsPerDescriptor };
     }
 

@@ -25,7 +25,10 @@ async function usedMemory(client: Redis): Promise<number> {
   return Number(/used_memory:(\d+)/.exec(info)?.[1]);
 }
 
-export async function redisMemory(count = 20_000): Promise<{ algorithm: Algorithm; memoryUsage: number; usedMemoryPerKey: number; sampleKey: string }[] | string> {
+// Per algorithm (fixed windows with a key each, WINDOW_COUNTERS=keys), then fixed windows as
+// fields of their window's hash (WINDOW_COUNTERS=hash, the default): MEMORY USAGE of the key, or
+// of the whole hash divided among its fields, and used_memory's growth per counter.
+export async function redisMemory(count = 20_000): Promise<{ layout: string; memoryUsage: number; usedMemoryPerKey: number; sampleKey: string }[] | string> {
   let node;
   try {
     node = await startRedis();
@@ -33,10 +36,11 @@ export async function redisMemory(count = 20_000): Promise<{ algorithm: Algorith
     return `skipped: ${(err as Error).message}`;
   }
   const client = new Redis({ port: node.port, host: '127.0.0.1' });
-  const store = new RedisStore({ clients: [client], cluster: false, events: silentEvents, keyPrefix: 'sluice:' });
+  const stores = [false, true].map((windowHashes) => new RedisStore({ clients: [client], cluster: false, events: silentEvents, keyPrefix: 'sluice:', windowHashes }));
   const rows = [];
   try {
-    for (const algorithm of ALGORITHMS) {
+    for (const [algorithm, windowHashes] of [...ALGORITHMS.map((a) => [a, false] as const), ['fixed_window', true] as const]) {
+      const store = stores[windowHashes ? 1 : 0];
       await client.flushall();
       const before = await usedMemory(client);
       const keys: string[] = [];
@@ -49,13 +53,20 @@ export async function redisMemory(count = 20_000): Promise<{ algorithm: Algorith
         await Promise.all(batch);
       }
       const after = await usedMemory(client);
-      let sampled = 0;
-      for (const key of keys.slice(0, 100)) sampled += Number(await client.memory('USAGE', key));
-      rows.push({ algorithm, memoryUsage: sampled / 100, usedMemoryPerKey: (after - before) / count, sampleKey: keys[0] });
+      let memoryUsage = 0;
+      if (windowHashes) {
+        const hashes = await client.keys('sluice:{}windows|*');
+        for (const h of hashes) memoryUsage += Number(await client.memory('USAGE', h, 'SAMPLES', 0));
+        memoryUsage /= count;
+      } else {
+        for (const key of keys.slice(0, 100)) memoryUsage += Number(await client.memory('USAGE', key));
+        memoryUsage /= 100;
+      }
+      rows.push({ layout: windowHashes ? `${algorithm} (hash)` : algorithm, memoryUsage, usedMemoryPerKey: (after - before) / count, sampleKey: keys[0] });
     }
     return rows;
   } finally {
-    await store.close();
+    for (const store of stores) await store.close();
     await node.stop();
   }
 }

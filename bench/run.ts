@@ -49,7 +49,7 @@ async function main(): Promise<void> {
     if (typeof redis === 'string') console.log(`  ${redis}`);
     else {
       console.log(`  sample key: ${redis[0].sampleKey}`);
-      for (const r of redis) console.log(`  ${r.algorithm.padEnd(16)} MEMORY USAGE ${fmt(r.memoryUsage)} bytes, used_memory growth ${fmt(r.usedMemoryPerKey)} bytes/key`);
+      for (const r of redis) console.log(`  ${r.layout.padEnd(20)} MEMORY USAGE ${fmt(r.memoryUsage)} bytes, used_memory growth ${fmt(r.usedMemoryPerKey)} bytes/key`);
     }
   }
   const requests = Number(process.env.BENCH_REQUESTS ?? 100_000);

@@ -14,7 +14,8 @@ it with. Time does not pass inside a script, so this is the same as deciding the
 one: the same answers, the same values and expiries in Redis. On a hot key a batch of 20 requests
 costs one read and one write instead of 20 of each.
 
-KEYS     the batch's counter keys, each once (the caller removes repeats, in order of first use)
+KEYS     the batch's counter keys, each once (the caller removes repeats, in order of first use),
+         those kept in window hashes first (see below)
 ARGV[1]  "1": COUNT_DENIED_HITS (upstream counting: window algorithms count every hit)
 ARGV[2]  time in ms, for tests only; "" (always in production) uses redis.call('TIME')
 ARGV[3]  "request": apply the whole-request rule (denied if an enforced limit says no, or if it
@@ -25,6 +26,9 @@ ARGV[3]  "request": apply the whole-request rule (denied if an enforced limit sa
 ARGV[4]  number of requests
 ARGV[5]  number of limit specs S, then S specs, each "algorithm:limit:period ms:burst:mode" (mode
          enforce | shadow | quota; one text, parsed once: see spec_of), each once
+then     number of window-hash groups G, then per group its spec's number and its number of keys:
+         the first keys are fixed-window counters kept as fields of their window's hash
+         (fixed_window_hash in algorithms.lua), group by group; the others have a key each
 then per request: its number of limits n, then per limit: which key and spec, as one number
          (spec - 1) * #KEYS + key (both counted from 1), and its hits
 
@@ -56,33 +60,6 @@ local nkeys = #KEYS
 -- Requests that touch one fail, as if they had not been sent; the others are decided.
 local bad = {}
 
--- Every counter of the batch as stored (false: none), read once. MGET reads a key of another type
--- as missing, so a key it finds missing is unsure: peek reads it again with GET, which fails on
--- another type (WRONGTYPE); a write creates it with NX at the end (see flush). unpack's stack
--- bounds one MGET; one key, or very many, are read with GET, which leaves nothing unsure.
-local stored
-local by_get = nkeys == 1 or nkeys > 1000
-do
-  local function get(ki)
-    local ok, value = pcall(redis.call, 'GET', KEYS[ki])
-    if ok then return value end
-    if type(value) == 'table' then value = value.err end
-    bad[ki] = tostring(value)
-    return false
-  end
-  if by_get then
-    stored = {}
-    for ki = 1, nkeys do stored[ki] = get(ki) end
-  else
-    stored = redis.call('MGET', unpack(KEYS))
-    if not write then
-      for ki = 1, nkeys do
-        if not stored[ki] then stored[ki] = get(ki) end
-      end
-    end
-  end
-end
-
 -- The batch's specs, parsed when first used; its hits texts as numbers (a batch has few).
 local specs, hits_of = {}, {}
 local function spec_at(si)
@@ -92,6 +69,71 @@ local function spec_at(si)
   s = spec_of(ARGV[5 + si])
   specs[si] = s
   return s
+end
+
+-- Counters in window hashes: KEYS[1 .. nwin], per group { hash, first key, last key, spec, window
+-- start }. One HMGET per group reads them (a field missing is sure to be missing; a key of another
+-- type than a hash fails the group's keys), one HSET per group writes them (flush).
+local ngroups = tonumber(ARGV[6 + nspecs])
+local groups, nwin = {}, 0
+local stored = {}
+do
+  local g = 7 + nspecs
+  for gi = 1, ngroups do
+    local s = spec_at(tonumber(ARGV[g]))
+    if not s.impl.windows then error('not a window-hash spec: ' .. ARGV[5 + tonumber(ARGV[g])]) end
+    local first, last = nwin + 1, nwin + tonumber(ARGV[g + 1])
+    local start = window_start(now, s.period)
+    local h = window_hash(s, start)
+    groups[gi] = { h, first, last, s, start }
+    -- unpack's stack bounds one HMGET: 1,000 fields each.
+    for i = first, last, 1000 do
+      local j = i + 999
+      if j > last then j = last end
+      local ok, got = pcall(redis.call, 'HMGET', h, unpack(KEYS, i, j))
+      if type(got) == 'table' and got.err then got = got.err end
+      for ki = i, j do
+        if ok then
+          stored[ki] = got[ki - i + 1]
+        else
+          stored[ki] = false
+          bad[ki] = tostring(got)
+        end
+      end
+    end
+    nwin = last
+    g = g + 2
+  end
+end
+
+-- The other counters as stored (false: none), read once. MGET reads a key of another type as
+-- missing, so a key it finds missing is unsure: peek reads it again with GET, which fails on
+-- another type (WRONGTYPE); a write creates it with NX at the end (see flush). unpack's stack
+-- bounds one MGET; one key, or very many, are read with GET, which leaves nothing unsure.
+local by_get = nkeys - nwin == 1 or nkeys - nwin > 1000
+do
+  local function get(ki)
+    local ok, value = pcall(redis.call, 'GET', KEYS[ki])
+    if ok then return value end
+    if type(value) == 'table' then value = value.err end
+    bad[ki] = tostring(value)
+    return false
+  end
+  if by_get then
+    for ki = nwin + 1, nkeys do stored[ki] = get(ki) end
+  elseif nwin < nkeys then
+    if nwin == 0 then
+      stored = redis.call('MGET', unpack(KEYS))
+    else
+      local got = redis.call('MGET', unpack(KEYS, nwin + 1))
+      for ki = nwin + 1, nkeys do stored[ki] = got[ki - nwin] end
+    end
+    if not write then
+      for ki = nwin + 1, nkeys do
+        if not stored[ki] then stored[ki] = get(ki) end
+      end
+    end
+  end
 end
 
 -- The batch's state so far: per counter written by an earlier request of the batch, its state,
@@ -193,7 +235,7 @@ local function decide_all()
   local out = { now_reply }
   local no = 1
   states, impls, ttls, order, norder, mine, held = {}, {}, {}, {}, 0, {}, {}
-  local a = 6 + nspecs
+  local a = 7 + nspecs + 2 * ngroups
   for r = 1, requests do
     local n = tonumber(ARGV[a])
     -- A request that fails must not leave its writes in the batch's state either: decide_request
@@ -220,14 +262,14 @@ end
 -- not. Counters read one by one (by_get) are sure: GET fails on another type.
 local function flush()
   if not by_get then
-    for ki = 1, nkeys do
+    for ki = nwin + 1, nkeys do
       if stored[ki] == false and states[ki] == nil and bad[ki] == nil and redis.call('EXISTS', KEYS[ki]) == 1 then return ki end
     end
     for j = 1, norder do
       local ki = order[j]
-      if stored[ki] == false and not redis.call('SET', KEYS[ki], encode_for(impls[ki], states[ki]), 'PX', ttls[ki], 'NX') then
+      if ki > nwin and stored[ki] == false and not redis.call('SET', KEYS[ki], encode_for(impls[ki], states[ki]), 'PX', ttls[ki], 'NX') then
         for i = 1, j - 1 do
-          if stored[order[i]] == false then redis.call('DEL', KEYS[order[i]]) end
+          if order[i] > nwin and stored[order[i]] == false then redis.call('DEL', KEYS[order[i]]) end
         end
         return ki
       end
@@ -235,7 +277,7 @@ local function flush()
   end
   for j = 1, norder do
     local ki = order[j]
-    if by_get or stored[ki] then
+    if ki > nwin and (by_get or stored[ki]) then
       local ttl = ttls[ki]
       if ttl then
         redis.call('SET', KEYS[ki], encode_for(impls[ki], states[ki]), 'PX', ttl)
@@ -243,6 +285,27 @@ local function flush()
         redis.call('SET', KEYS[ki], encode_for(impls[ki], states[ki]), 'KEEPTTL')
       end
     end
+  end
+  -- Window hashes last, once nothing can fail: one HSET per group (1,000 fields each at most),
+  -- and a hash that got new fields may have just been made (keep_window).
+  for gi = 1, ngroups do
+    local group = groups[gi]
+    local h = group[1]
+    local fields, n, created = {}, 0, false
+    for ki = group[2], group[3] do
+      local state = states[ki]
+      if state ~= nil then
+        fields[n + 1], fields[n + 2] = KEYS[ki], encode_for(impls[ki], state)
+        n = n + 2
+        if not stored[ki] then created = true end
+        if n == 2000 then
+          redis.call('HSET', h, unpack(fields, 1, n))
+          n = 0
+        end
+      end
+    end
+    if n > 0 then redis.call('HSET', h, unpack(fields, 1, n)) end
+    if created then keep_window(group[4], group[5], now) end
   end
   return nil
 end

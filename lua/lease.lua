@@ -8,7 +8,7 @@ KEYS[1]  counter key
 KEYS[2]  optional (multi-region: a region leasing from the global budget): the hash of the
          regions' demand for this counter, field = region, value = "units per second:ms seen"
 ARGV[1]  time in ms, for tests only; "" uses redis.call('TIME')
-ARGV[2..6]  algorithm, limit, period ms, burst, units wanted
+ARGV[2..6]  algorithm (see spec_from), limit, period ms, burst, units wanted
 ARGV[7..9]  with KEYS[2]: region, its demand in units per second, ms after which a region's
          demand is stale. A region then gets at most its share of the demand (of the regions
          seen lately) of what remains, at least one unit: leases shrink as the budget runs out, so
@@ -19,10 +19,10 @@ Returns { units granted, now, remaining after, reset ms, retry-after ms for one 
 never; 0 when units were granted) }. Unused units go back through refund.lua. --]]
 
 local now = now_ms(ARGV[1])
-local s = { alg = ARGV[2], limit = tonumber(ARGV[3]), period = tonumber(ARGV[4]), burst = tonumber(ARGV[5]) }
+local s = spec_from(ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 local wanted = tonumber(ARGV[6])
-local impl = ALGORITHMS[s.alg]
-local state = decode_for(impl, redis.call('GET', KEYS[1]), s, now)
+local impl = s.impl
+local state = read_counter(KEYS[1], s, now)
 local remaining = impl.view(state, s, now)
 local grant = math.min(wanted, remaining)
 if KEYS[2] ~= nil and remaining > 0 then
@@ -43,7 +43,7 @@ local retry = 0
 if grant > 0 then
   local allowed, _, nxt = impl.decide(state, s, grant, now)
   if allowed and nxt ~= nil then
-    write_state(KEYS[1], impl, nxt, s, now)
+    write_counter(KEYS[1], s, nxt, now)
     state = nxt
   else
     grant = 0

@@ -58,7 +58,7 @@ function createStore(settings: Settings, metrics: Metrics, logger: Logger, clock
     const events = storeEvents(metrics, logger);
     // First, so that a bad REDIS_PERSECOND_URL is refused before any connection opens.
     const perSecond = settings.redisPerSecond ? createPerSecondRedis(settings, events, logger) : undefined;
-    const redis = new RedisStore({ ...createRedisClients(settings, logger), events, keyPrefix: settings.cacheKeyPrefix });
+    const redis = new RedisStore({ ...createRedisClients(settings, logger), events, keyPrefix: settings.cacheKeyPrefix, windowHashes: settings.windowCounters === 'hash' });
     const options = { ...redisStackOptions(settings), onOverLimitCache: (stats: OverLimitCacheStats) => (metrics.localCacheSource = () => stats) };
     if (settings.globalRedisUrl !== '') options.region = regionOptions(settings, metrics, logger, events);
     if (perSecond !== undefined) return createPerSecondSplit({ main: redis, perSecond, events, options, perSecondStalledMs: settings.redisPerSecondTimeoutMs });
@@ -73,7 +73,7 @@ function regionOptions(settings: Settings, metrics: Metrics, logger: Logger, eve
   const globalSettings: Settings = { ...settings, redisUrl: settings.globalRedisUrl, redisType: settings.globalRedisType, redisAuth: settings.globalRedisAuth, redisPoolSize: 1 };
   // Its calls are timed apart from the regional Redis' (operation global_lease, ...).
   const globalEvents: StoreEvents = { ...events, storeCall: (operation, seconds, ok) => events.storeCall(`global_${operation}`, seconds, ok) };
-  const global = new RedisStore({ ...createRedisClients(globalSettings, logger), events: globalEvents, keyPrefix: settings.cacheKeyPrefix });
+  const global = new RedisStore({ ...createRedisClients(globalSettings, logger), events: globalEvents, keyPrefix: settings.cacheKeyPrefix, windowHashes: settings.windowCounters === 'hash' });
   const region = regionEvents(metrics, logger, settings.region);
   const domainPolicies = new Map<string, PartitionPolicy>();
   for (const entry of settings.globalPartitionDomainPolicies) {

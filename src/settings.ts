@@ -112,6 +112,7 @@ export interface Settings {
   retryAfterEnabled: boolean;
   headerRetryAfter: string;
   cacheKeyPrefix: string;
+  windowCounters: 'hash' | 'keys';
   hashTag: HashTagPolicy;
   keyLayout: 'sluice' | 'upstream';
   keyHashSecret: string;
@@ -312,6 +313,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'keyHashKeys', flag: 'key-hash-keys', env: ['KEY_HASH_KEYS'], kind: 'list', def: [], help: 'entry keys whose values are always hashed in counter keys (e.g. remote_address)' },
   { key: 'hashTag', flag: 'hash-tag', env: ['KEY_HASH_TAG'], kind: 'enum', def: 'descriptor', choices: ['descriptor', 'domain', 'none'], help: 'which part of a key picks its Redis Cluster slot' },
   { key: 'keyLayout', flag: 'key-layout', env: ['KEY_LAYOUT'], kind: 'enum', def: 'sluice', choices: ['sluice', 'upstream'], help: "counter keys of fixed windows of one unit (second to year): sluice's, or envoyproxy/ratelimit's (its key format, integer counts, window from this process' clock) to share counters with its replicas on one Redis during a migration" },
+  { key: 'windowCounters', flag: 'window-counters', env: ['WINDOW_COUNTERS'], kind: 'enum', def: 'hash', choices: ['hash', 'keys'], help: "how the Redis store keeps fixed-window counters in sluice's key layout: 'hash', every counter of a window and period as a field of one hash that expires once (about half the Redis CPU and memory per new counter; not on Redis Cluster, where every counter keeps its own key), or 'keys', a key with its own expiry per counter" },
   { key: 'statsdEnabled', flag: 'statsd', env: ['USE_STATSD'], kind: 'bool', def: false, help: "send envoyproxy/ratelimit's statsd counters (ratelimit.service.rate_limit.<rule>.<stat>, …) every STATS_FLUSH_INTERVAL; off by default, unlike upstream" },
   { key: 'statsdHost', flag: 'statsd-host', env: ['STATSD_HOST'], kind: 'string', def: 'localhost', help: 'statsd host' },
   { key: 'statsdPort', flag: 'statsd-port', env: ['STATSD_PORT'], kind: 'port', def: 8125, help: 'statsd port' },

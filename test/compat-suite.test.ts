@@ -15,7 +15,7 @@ import {
 import { loadSettings, SettingsError } from '../src/settings';
 import { callRls, d } from './support/app';
 import { type ServerProcess, spawnServer } from './support/process';
-import { type Cluster, type RedisNode, type SentinelSet, startCluster, startRedis, startSentinelSet, stopAll } from './support/redis';
+import { counterNames, type Cluster, type RedisNode, type SentinelSet, startCluster, startRedis, startSentinelSet, stopAll } from './support/redis';
 import { awayFromWindowEdge, clearOfSecondEdge } from './support/time';
 
 // envoyproxy/ratelimit's integration scenarios (test/integration/integration_test.go), each run
@@ -302,7 +302,7 @@ describe('envoyproxy/ratelimit integration scenarios, COMPAT_MODE=upstream and n
           { ...single(), REDIS_PERSECOND: 'true', REDIS_PERSECOND_SOCKET_TYPE: 'tcp', REDIS_PERSECOND_URL: `localhost:${perSecond.port}` },
           async (s) => {
             await basic({ localCache: false, stopIncrement: false })(s);
-            const counters = async (n: RedisNode) => (await n.cli('KEYS', '*')).split('\n').filter((key) => /key\d/.test(key));
+            const counters = async (n: RedisNode) => (await counterNames(n, '*')).filter((key) => /key\d/.test(key));
             // key1's counters live one second, and the scenario takes longer than that: read the
             // per-second Redis right after a fresh key1 call (again, if that call landed at the very
             // end of its window and the key expired before KEYS ran).

@@ -155,8 +155,9 @@ describe('decide.lua batches', () => {
     const limit = (key: string): LimitCheck => ({ key, algorithm: 'fixed_window', limit: 5, periodMs: 60_000, burst: 5, hits: 1, mode: 'enforce' });
     const requests = ['m:1', 'm:2', 'm:3', 'm:4'].map((key) => ({ all: [limit(key)], idx: [0] }));
     const [numKeys, args] = decideArgs(requests, false, String(T0 + 500_000_000), 'request');
-    // ARGV: 5 fields, 1 spec, then per request its count, the limit's number and its hits.
-    const at = (request: number) => numKeys + 6 + 3 * request;
+    // ARGV: 5 fields, 1 spec, no window-hash group, then per request its count, the limit's number
+    // and its hits.
+    const at = (request: number) => numKeys + 7 + 3 * request;
     args[at(1) + 1] = '1.5';
     args[at(2) + 2] = 'x';
     args[at(3) + 1] = '0';

@@ -7,7 +7,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { RateLimitRequest, RateLimitResponse } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { d, type Running, startApp } from './support/app';
 import { startDelayProxy } from './support/delay-proxy';
-import { startCluster, startRedis, stopAll } from './support/redis';
+import { fixedWindowCount, startCluster, startRedis, stopAll } from './support/redis';
 import { awayFromWindowEdge } from './support/time';
 import { type Deployment, type DriveResult, type Overrides, drive, scriptCalls, startRegions, waitReady } from './support/regions';
 
@@ -332,7 +332,7 @@ describe('multi-region', () => {
       const writtenBack = await metric(/^sluice_fallback_write_back_hits_total\{result="ok"\}/);
       const leased = await metric(/^sluice_region_units_total\{region="a",event="leased"\}/);
       const returned = await metric(/^sluice_region_units_total\{region="a",event="returned"\}/);
-      const [, count] = (await global.cli('GET', 'sluice:{mr|tenant=t1}|fixed_window:3600000')).split(':').map(Number);
+      const count = await fixedWindowCount(global, 'sluice:{mr|tenant=t1}|fixed_window:3600000', 3_600_000);
       assert.equal(count, leased - returned + writtenBack, 'the global counter holds the leases and the write-backs, nothing else');
       const held = Number((await regional.cli('GET', 'sluice:{mr|tenant=t1}|fixed_window:3600000:pool:a')).split(':')[0]);
       // Every unit the region took is admitted or still held: none admitted twice, none lost.
@@ -369,7 +369,7 @@ describe('multi-region', () => {
       const admitted = answers.filter((a) => a.overallCode === 1).length;
       // Units a replica holds when the budget runs out may stay unspent until its lease ends.
       assert.ok(admitted <= LIMIT && admitted >= LIMIT - 2 * 0.1 * LIMIT, `admitted ${admitted}`);
-      const [, count] = (await global.cli('GET', 'sluice:{mr|tenant=hot}|fixed_window:3600000')).split(':').map(Number);
+      const count = await fixedWindowCount(global, 'sluice:{mr|tenant=hot}|fixed_window:3600000', 3_600_000);
       assert.equal(count, LIMIT, 'the region took the whole global budget');
     } finally {
       for (const app of apps) await app.stop();

@@ -13,7 +13,7 @@ import { RedisStore } from '../src/store/redis';
 import type { Store } from '../src/store/store';
 import { d, type Running, startApp } from './support/app';
 import { runCli, spawnServer } from './support/process';
-import { freePort, type RedisNode, startRedis, stopAll } from './support/redis';
+import { counterNames, freePort, type RedisNode, startRedis, stopAll } from './support/redis';
 import { recordingEvents, redisClient, until } from './support/stack';
 import { awayFromWindowEdge } from './support/time';
 
@@ -37,10 +37,9 @@ function configDir(): string {
   return dir;
 }
 
-// The counter keys of domain ps under `prefix` in one Redis, sorted.
+// The counters of domain ps under `prefix` in one Redis (keys, or fields of window hashes), sorted.
 async function counterKeys(node: RedisNode, prefix = 'sluice:'): Promise<string[]> {
-  const out = await node.cli('--scan', '--pattern', `${prefix}{ps|*`);
-  return out.split('\n').filter((k) => k !== '').sort();
+  return (await counterNames(node, `${prefix}{ps|*`)).sort();
 }
 
 const SECOND_KEY = (value: string, prefix = 'sluice:') => `${prefix}{ps|second=${value}}|fixed_window:1000`;

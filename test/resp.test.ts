@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { Command } from 'ioredis';
 import type { LimitCheck } from '../src/store/store';
-import { decideArgs, decideSpec } from '../src/store/redis';
+import { decideArgs, decideSpec, windowBase } from '../src/store/redis';
 import { encodeCall, RespWriter } from '../src/store/resp';
 
 // What ioredis itself writes for a command of these arguments: the reference.
@@ -62,21 +62,43 @@ describe('RESP written by sluice (decide calls)', () => {
       ...over,
     });
     const first = [check('sluice:{edge|tenant=acme}|fixed_window:60000', 1), check('sluice:{edge|tenant=acme}|route=/ü|sliding_window:1000', 3, { algorithm: 'sliding_window', mode: 'shadow' })];
-    const second = [check('k', 0, { algorithm: 'token_bucket', burst: 50, mode: 'quota' }), check('sluice:{edge|tenant=日本}|fixed_window:60000', 1_000_000_000, { layout: 'upstream' })];
+    const second = [
+      check('k', 0, { algorithm: 'token_bucket', burst: 50, mode: 'quota' }),
+      check('sluice:{edge|tenant=日本}|fixed_window:60000', 1_000_000_000, { layout: 'upstream' }),
+      check('sluice:{edge|ip=1}|fixed_window:1000', 2, { periodMs: 1000 }),
+    ];
     const requests = [
       { all: first, idx: [0, 1] },
       { all: second, idx: [1] },
-      { all: second, idx: [0, 1] },
+      { all: second, idx: [2, 0, 1] },
     ];
-    for (const [countDenied, time, scope] of [[false, '', 'request'], [true, '1700000000123', 'group']] as const) {
-      const [numKeys, args] = decideArgs(requests, countDenied, time, scope);
-      // Each key once, in order of first use (second[1] is in two requests).
-      assert.deepEqual(args.slice(0, numKeys), [first[0].key, first[1].key, second[1].key, second[0].key]);
-      // Read back as decide.lua reads it: each limit's key, spec and hits, request by request.
+    const cases = [
+      [false, '', 'request', undefined],
+      [true, '1700000000123', 'group', undefined],
+      [false, '', 'request', windowBase('sluice:')],
+    ] as const;
+    for (const [countDenied, time, scope, windows] of cases) {
+      const [numKeys, args] = decideArgs(requests, countDenied, time, scope, windows);
+      // Each key once, in order of first use (second[1] is in two requests); with window hashes,
+      // fixed windows in sluice's layout first, period by period.
+      const keys = windows === undefined ? [first[0], first[1], second[1], second[2], second[0]] : [first[0], second[2], first[1], second[1], second[0]];
+      assert.deepEqual(args.slice(0, numKeys), keys.map((c) => c.key));
+      // Read back as decide.lua reads it: the window-hash groups (a spec and a number of keys
+      // each), then each limit's key, spec and hits, request by request.
       const argv = args.slice(numKeys).map(String);
       const specs = argv.slice(5, 5 + Number(argv[4]));
+      let a = 5 + specs.length;
+      const groups: string[] = [];
+      for (let g = Number(argv[a++]), from = 0; g > 0; g--, a += 2) {
+        const count = Number(argv[a + 1]);
+        groups.push(`${specs[Number(argv[a]) - 1]} ${args.slice(from, from + count).join(',')}`);
+        from += count;
+      }
+      const spec = (c: LimitCheck) => decideSpec(c, windows);
+      assert.deepEqual(groups, windows === undefined ? [] : [`${spec(first[0])} ${first[0].key}`, `${spec(second[2])} ${second[2].key}`]);
+      if (windows !== undefined) assert.equal(spec(first[0]), `fixed_window_hash:10:60000:10:enforce:sluice:{}windows|fixed_window:60000|`);
       const read: string[][] = [];
-      for (let a = 5 + specs.length; a < argv.length; ) {
+      while (a < argv.length) {
         const n = Number(argv[a++]);
         const limits: string[] = [];
         for (let i = 0; i < n; i++, a += 2) {
@@ -87,7 +109,7 @@ describe('RESP written by sluice (decide calls)', () => {
         read.push(limits);
       }
       assert.deepEqual(argv.slice(0, 4), [countDenied ? '1' : '0', time, scope, '3']);
-      assert.deepEqual(read, requests.map((r) => r.idx.map((i) => `${r.all[i].key} ${decideSpec(r.all[i])} ${r.all[i].hits}`)));
+      assert.deepEqual(read, requests.map((r) => r.idx.map((i) => `${r.all[i].key} ${spec(r.all[i])} ${r.all[i].hits}`)));
       assert.deepEqual(encodeCall('FCALL', 'sluice_abc_decide', numKeys, args), ioredisBytes('FCALL', ['sluice_abc_decide', numKeys, ...args]));
     }
   });

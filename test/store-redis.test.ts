@@ -43,8 +43,12 @@ topologies.push(
   { name: 'cluster', cluster: true, client: () => ready(new Cluster([{ host: '127.0.0.1', port: clusterPort }])) },
 );
 
-for (const t of topologies) {
-  storeBehaviour(`redis ${t.name}`, async (clock) => new RedisStore({ clients: [await t.client()], cluster: t.cluster, explicitClock: clock, events: silentEvents, keyPrefix: 'test:' }));
+// Fixed windows as window-hash fields (WINDOW_COUNTERS=hash, the default; a cluster keeps a key
+// per counter all the same), and on one Redis also as keys of their own (WINDOW_COUNTERS=keys).
+const variants = [...topologies.map((t) => ({ ...t, windowHashes: true })), { ...topologies[0], name: 'standalone, WINDOW_COUNTERS=keys', windowHashes: false }];
+
+for (const t of variants) {
+  storeBehaviour(`redis ${t.name}`, async (clock) => new RedisStore({ clients: [await t.client()], cluster: t.cluster, explicitClock: clock, events: silentEvents, keyPrefix: 'test:', windowHashes: t.windowHashes }));
 }
 
 const ALGORITHMS: Algorithm[] = ['fixed_window', 'sliding_window', 'token_bucket', 'gcra'];
@@ -77,11 +81,11 @@ function* trace(seed: number): Generator<{ advance: number; checks: LimitCheck[]
 }
 
 describe('Redis and memory stores give identical answers to the same trace', () => {
-  for (const t of topologies) {
+  for (const t of variants) {
     test(t.name, async () => {
       const clock = new ManualClock(1_800_000_000_000);
       const memory = new MemoryStore({ clock });
-      const redis = new RedisStore({ clients: [await t.client()], cluster: t.cluster, explicitClock: clock, events: silentEvents, keyPrefix: 'test:' });
+      const redis = new RedisStore({ clients: [await t.client()], cluster: t.cluster, explicitClock: clock, events: silentEvents, keyPrefix: 'test:', windowHashes: t.windowHashes });
       let multiSlot = 0;
       try {
         for (const step of trace(t.name.length)) {

@@ -221,5 +221,5 @@ export function createPerSecondRedis(s: Settings, events: StoreEvents, logger: L
     if (err instanceof SettingsError) throw new SettingsError(err.message.replace(/\bREDIS_(URL|TYPE|AUTH)\b/g, 'REDIS_PERSECOND_$1'));
     throw err;
   }
-  return new RedisStore({ ...createRedisClients(own, logger.child({ redis: 'persecond' })), events: perSecondEvents(events), keyPrefix: s.cacheKeyPrefix });
+  return new RedisStore({ ...createRedisClients(own, logger.child({ redis: 'persecond' })), events: perSecondEvents(events), keyPrefix: s.cacheKeyPrefix, windowHashes: s.windowCounters === 'hash' });
 }

@@ -82,6 +82,9 @@ export interface RedisStoreOptions {
   events: StoreEvents;
   // KEY_PREFIX: the replica registry and the probe key live under it.
   keyPrefix: string;
+  // WINDOW_COUNTERS=hash: fixed windows in sluice's key layout are fields of their window's hash
+  // (lua/algorithms.lua fixed_hash); ignored on a cluster, where every counter keeps its own key.
+  windowHashes?: boolean;
   // Tests shorten the refund backoff.
   refunds?: Pick<RefundQueueOptions, 'maxEntries' | 'firstRetryMs' | 'maxRetryMs'>;
 }
@@ -112,9 +115,12 @@ export class RedisStore implements Store, SharedOps {
   // cluster (a tag in KEY_PREFIX comes first and wins, for both alike).
   private readonly registryKey: string;
   private readonly epochKey: string;
+  // Where fixed windows are window-hash fields (see windowBase); undefined: a key each.
+  private readonly windows: WindowBase | undefined;
 
   constructor(private readonly options: RedisStoreOptions) {
     this.kind = options.cluster ? 'redis-cluster' : 'redis';
+    this.windows = options.windowHashes === true && !options.cluster ? windowBase(options.keyPrefix) : undefined;
     this.scripts = loadScripts();
     this.registryKey = `${options.keyPrefix}{sluice-fleet}replicas`;
     this.epochKey = `${options.keyPrefix}{sluice-fleet}epoch`;
@@ -239,7 +245,7 @@ export class RedisStore implements Store, SharedOps {
     operation: string,
     client?: RedisClient,
   ): Promise<(GroupResult | Error)[]> {
-    const [numKeys, args] = decideArgs(requests, countDenied, this.time(), scope);
+    const [numKeys, args] = decideArgs(requests, countDenied, this.time(), scope, this.windows);
     // On one Redis (not a cluster, whose client routes a command by its arguments' keys) the
     // command is written here as bytes (store/resp.ts).
     const reply = (
@@ -270,7 +276,7 @@ export class RedisStore implements Store, SharedOps {
     await this.inBatches(entries, (batch) => {
       const args: Arg[] = batch.map((e) => e.key);
       args.push(this.time());
-      for (const e of batch) args.push(luaAlgorithm(e), e.limit, e.periodMs, e.burst, e.hits, e.windowStartMs ?? '', e.ageMs, e.debt === true ? 1 : 0);
+      for (const e of batch) args.push(luaAlgorithm(e, this.windows), e.limit, e.periodMs, e.burst, e.hits, e.windowStartMs ?? '', e.ageMs, e.debt === true ? 1 : 0);
       return this.run('absorb', 'absorb', batch.length, args);
     });
   }
@@ -283,7 +289,7 @@ export class RedisStore implements Store, SharedOps {
   // Takes up to `units` of a limit's budget (lua/lease.lua); with `demand`, at most the region's
   // share of what remains (multi-region).
   async lease(spec: LimitSpec & { key: string }, units: number, demand?: RegionDemand): Promise<LeaseGrant> {
-    const args: Arg[] = [spec.key, this.time(), luaAlgorithm(spec), spec.limit, spec.periodMs, spec.burst, units];
+    const args: Arg[] = [spec.key, this.time(), luaAlgorithm(spec, this.windows), spec.limit, spec.periodMs, spec.burst, units];
     if (demand !== undefined) args.splice(1, 0, demand.key);
     if (demand !== undefined) args.push(demand.region, demand.rate, demand.staleMs);
     const r = (await this.run('lease', 'lease', demand === undefined ? 1 : 2, args)) as unknown[];
@@ -292,7 +298,7 @@ export class RedisStore implements Store, SharedOps {
 
   // Gives back `units` taken by a lease at `takenAtMs` (Redis time) that were not used.
   async giveBack(spec: LimitSpec & { key: string }, units: number, takenAtMs: number): Promise<void> {
-    await this.run('give_back', 'refund', 1, [spec.key, this.time(), luaAlgorithm(spec), spec.limit, spec.periodMs, spec.burst, units, takenAtMs]);
+    await this.run('give_back', 'refund', 1, [spec.key, this.time(), luaAlgorithm(spec, this.windows), spec.limit, spec.periodMs, spec.burst, units, takenAtMs]);
   }
 
   // Adds leased units to a regional allowance and holds (or releases) the region's refill lock
@@ -320,7 +326,7 @@ export class RedisStore implements Store, SharedOps {
     await this.inBatches(entries, (batch) => {
       const args: Arg[] = batch.map((e) => e.key);
       args.push(this.time());
-      for (const e of batch) args.push(luaAlgorithm(e), e.limit, e.periodMs, e.burst, e.remaining, e.atMs);
+      for (const e of batch) args.push(luaAlgorithm(e, this.windows), e.limit, e.periodMs, e.burst, e.remaining, e.atMs);
       return this.run('restore', 'restore', batch.length, args);
     });
   }
@@ -399,7 +405,7 @@ export class RedisStore implements Store, SharedOps {
   private refundBatch(batch: readonly RefundEntry[]): Promise<void> {
     const args: Arg[] = batch.map((e) => e.key);
     args.push(this.time());
-    for (const e of batch) args.push(luaAlgorithm(e), e.limit, e.periodMs, e.burst, e.hits, e.decidedAtMs);
+    for (const e of batch) args.push(luaAlgorithm(e, this.windows), e.limit, e.periodMs, e.burst, e.hits, e.decidedAtMs);
     return this.run('refund', 'refund', batch.length, args).then(() => undefined);
   }
 
@@ -595,37 +601,67 @@ type DecideRequests = readonly { all: readonly LimitCheck[]; idx: number[] }[];
 
 // The decide script's keys and arguments for `requests` (see lua/decide.lua): the batch's counter
 // keys, each once; then whether denied hits count, the time, the scope, the number of requests,
-// the batch's limit specs (each once), and per request its number of limits and per limit which
-// key and spec (one number) and its hits. Keys and specs named by number cost the script array
-// lookups instead of strings to hash and compare per limit.
-export function decideArgs(requests: DecideRequests, countDenied: boolean, time: string, scope: string): [number, Arg[]] {
-  const keys: Arg[] = [];
+// the batch's limit specs (each once), the window-hash groups, and per request its number of
+// limits and per limit which key and spec (one number) and its hits. Keys and specs named by
+// number cost the script array lookups instead of strings to hash and compare per limit. With
+// `windows`, the keys of fixed windows kept in window hashes come first, grouped by period (one
+// hash per group), each group named by a spec of its period.
+export function decideArgs(requests: DecideRequests, countDenied: boolean, time: string, scope: string, windows?: WindowBase): [number, Arg[]] {
+  const keys: string[] = [];
   const keyNumbers = new Map<string, number>();
   const specs: string[] = [];
   const specNumbers = new Map<string, number>();
+  // Per key kept in a window hash: its period; the first spec seen per period.
+  const keyPeriods: number[] = [];
+  const periodSpecs = new Map<number, number>();
   // Per limit: its key's number, its spec's number, its hits; per request first its count.
   const limits: number[] = [];
   for (const r of requests) {
     limits.push(r.idx.length);
     for (const i of r.idx) {
       const c = r.all[i];
-      let k = keyNumbers.get(c.key);
-      if (k === undefined) keyNumbers.set(c.key, (k = keys.push(c.key)));
-      const text = decideSpec(c);
+      const text = decideSpec(c, windows);
       let s = specNumbers.get(text);
       if (s === undefined) specNumbers.set(text, (s = specs.push(text)));
+      let k = keyNumbers.get(c.key);
+      if (k === undefined) {
+        keyNumbers.set(c.key, (k = keys.push(c.key)));
+        if (inWindowHash(c, windows)) {
+          keyPeriods[k] = c.periodMs;
+          if (!periodSpecs.has(c.periodMs)) periodSpecs.set(c.periodMs, s);
+        }
+      }
       limits.push(k, s, c.hits);
     }
   }
-  const n = keys.length;
-  keys.push(countDenied ? '1' : '0', time, scope, requests.length, specs.length);
-  for (const text of specs) keys.push(text);
+  // Key k is the call's key place[k]: window-hash keys first, period by period, then the others.
+  let args: Arg[] = keys;
+  let place: number[] | undefined;
+  const groups: number[] = [];
+  if (periodSpecs.size > 0) {
+    args = [];
+    place = [];
+    for (const [period, spec] of periodSpecs) {
+      const first = args.length;
+      for (let k = 1; k <= keys.length; k++) if (keyPeriods[k] === period) place[k] = args.push(keys[k - 1]);
+      groups.push(spec, args.length - first);
+    }
+    for (let k = 1; k <= keys.length; k++) if (keyPeriods[k] === undefined) place[k] = args.push(keys[k - 1]);
+  }
+  const n = args.length;
+  args.push(countDenied ? '1' : '0', time, scope, requests.length, specs.length);
+  for (const text of specs) args.push(text);
+  args.push(groups.length / 2);
+  for (const g of groups) args.push(g);
   for (let j = 0; j < limits.length; ) {
     const count = limits[j++];
-    keys.push(count);
-    for (let e = 0; e < count; e++, j += 3) keys.push((limits[j + 1] - 1) * n + limits[j], limits[j + 2]);
+    args.push(count);
+    for (let e = 0; e < count; e++, j += 3) {
+      const k = place === undefined ? limits[j] : place[limits[j]];
+      args.push((limits[j + 1] - 1) * n + k, limits[j + 2]);
+    }
   }
-  return [n, keys];
+  return [n, args];
 }
 
 // The decide script's time: whole microseconds of Redis' clock, or a test's explicit time in ms
@@ -634,16 +670,35 @@ function replyTime(raw: unknown): number {
   return typeof raw === 'string' ? Number(raw) : (raw as number) / 1000;
 }
 
-// A limit's spec as decide.lua takes it: one text, which the script parses once per library load.
-export function decideSpec(c: Pick<LimitCheck, 'algorithm' | 'limit' | 'periodMs' | 'burst' | 'mode' | 'layout'>): string {
+// WINDOW_COUNTERS=hash: the base of the names of the hashes that hold a period's fixed windows
+// (the script appends the window's start, Redis time in ms; see fixed_hash in lua/algorithms.lua).
+// `{}` keeps the names apart from every counter key (keys.ts escapes braces in their parts).
+export type WindowBase = (periodMs: number) => string;
+
+export function windowBase(prefix: string): WindowBase {
+  return (periodMs) => `${prefix}{}windows|fixed_window:${periodMs}|`;
+}
+
+// Whether `spec`'s counter is a field of its window's hash: fixed windows in sluice's layout.
+function inWindowHash(spec: LimitSpec, windows: WindowBase | undefined): windows is WindowBase {
+  return windows !== undefined && spec.algorithm === 'fixed_window' && spec.layout === undefined;
+}
+
+// A limit's spec as decide.lua takes it: one text, which the script parses once per library load;
+// a window-hash spec ends with its hashes' base.
+export function decideSpec(c: Pick<LimitCheck, 'algorithm' | 'limit' | 'periodMs' | 'burst' | 'mode' | 'layout'>, windows?: WindowBase): string {
+  if (inWindowHash(c, windows)) return `fixed_window_hash:${c.limit}:${c.periodMs}:${c.burst}:${c.mode}:${windows(c.periodMs)}`;
   return `${luaAlgorithm(c)}:${c.limit}:${c.periodMs}:${c.burst}:${c.mode}`;
 }
 
 // The scripts' name of a spec's algorithm: the fixed window in upstream's layout has its own
-// (its state is stored as the count alone; see fixed_window_upstream in lua/algorithms.lua).
-function luaAlgorithm(spec: LimitSpec): string {
+// (its state is stored as the count alone; see fixed_window_upstream in lua/algorithms.lua), and
+// so has one in a window hash, followed by its hashes' base (spec_from in lua/algorithms.lua).
+function luaAlgorithm(spec: LimitSpec, windows?: WindowBase): string {
   if (spec.layout === 'pool') return 'pool';
-  return spec.layout === 'upstream' ? 'fixed_window_upstream' : spec.algorithm;
+  if (spec.layout === 'upstream') return 'fixed_window_upstream';
+  if (inWindowHash(spec, windows)) return `fixed_window_hash|${windows(spec.periodMs)}`;
+  return spec.algorithm;
 }
 
 function implFor(spec: LimitSpec): AlgorithmImpl {
@@ -651,13 +706,13 @@ function implFor(spec: LimitSpec): AlgorithmImpl {
 }
 
 // A counter's state as the scripts store it ("a:b[:c]", numbers exact: see lua/algorithms.lua);
-// in upstream's layout a fixed window's count alone, whose window is the current one (the key
-// names its window).
+// a fixed window's count alone (upstream's layout, where the key names its window, or a window
+// hash's field), whose window is the current one.
 function decodeState(raw: unknown, spec?: LimitSpec, nowMs = 0): State | undefined {
   if (raw === null || raw === undefined) return undefined;
   const text = typeof raw === 'string' ? raw : String(raw);
   const colon = text.indexOf(':');
-  if (colon < 0) return spec?.layout === 'upstream' ? [windowStart(nowMs, spec.periodMs), Number(text)] : [Number(text)];
+  if (colon < 0) return spec?.algorithm === 'fixed_window' && spec.layout !== 'pool' ? [windowStart(nowMs, spec.periodMs), Number(text)] : [Number(text)];
   // Windows' two numbers (most states) without split's array of strings: once per limit and answer.
   if (text.indexOf(':', colon + 1) < 0) return [Number(text.slice(0, colon)), Number(text.slice(colon + 1))];
   return text.split(':').map(Number);

@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { windowBase } from '../../src/store/redis';
 
 // Spawns throwaway redis-server processes on free loopback ports, so that no test ever touches the
 // machine's shared Redis on 6379.
@@ -468,4 +469,34 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
 export async function scriptCalls(node: RedisNode): Promise<number> {
   const stats = await node.cli('INFO', 'commandstats');
   return [...stats.matchAll(/cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/g)].reduce((a, m) => a + Number(m[1]), 0);
+}
+
+// A fixed window's count as sluice keeps it on `node`, for the window Redis' clock is in: the field
+// of its window's hash (WINDOW_COUNTERS=hash, the default), else its own key ("start:count"); 0
+// when there is neither.
+export async function fixedWindowCount(node: RedisNode, key: string, periodMs: number, prefix = 'sluice:'): Promise<number> {
+  const [seconds, micros] = (await node.cli('TIME')).split('\n').map(Number);
+  const now = seconds * 1000 + micros / 1000;
+  const field = await node.cli('HGET', `${windowBase(prefix)(periodMs)}${Math.floor(now / periodMs) * periodMs}`, key);
+  if (field !== '') return Number(field);
+  const raw = await node.cli('GET', key);
+  return raw === '' ? 0 : Number(raw.split(':')[1]);
+}
+
+// The names of the counters on `node` that match the glob `pattern`: keys, and the fields of
+// window hashes (fixed windows with WINDOW_COUNTERS=hash, the default), each once.
+export async function counterNames(node: RedisNode, pattern: string): Promise<string[]> {
+  const names = new Set<string>();
+  for (const key of (await node.cli('--scan', '--pattern', pattern)).split('\n')) if (key !== '' && !key.includes('{}windows|')) names.add(key);
+  for (const hash of (await node.cli('--scan', '--pattern', '*{}windows|*')).split('\n')) {
+    if (hash === '') continue;
+    for (const f of (await node.cli('HKEYS', hash)).split('\n')) if (f !== '' && globMatch(pattern, f)) names.add(f);
+  }
+  return [...names];
+}
+
+// Redis' glob for the patterns tests use: `*` and `?`, everything else literal.
+function globMatch(pattern: string, text: string): boolean {
+  const re = new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`);
+  return re.test(text);
 }
