@@ -94,7 +94,7 @@ async function main(): Promise<void> {
       if (p.floor !== undefined) {
         const f = p.floor;
         console.log(
-          `\n  Redis' floor at 3 descriptors x 100,000 keys: a function taking decide's arguments that only reads (MGET) and creates (SET PX NX) the counters, in calls of ${f.batchRequests.toFixed(1)} requests (sluice's), costs Redis ${f.redisCpuUsPerDescriptor.toFixed(2)} µs/descriptor (${f.redisRatio.toFixed(2)}× upstream)`,
+          `\n  Redis' floor at 3 descriptors x 100,000 keys: a function taking decide's arguments that only reads and creates the counters where sluice keeps them (window-hash fields: HMGET, HSET), in calls of ${f.batchRequests.toFixed(1)} requests (sluice's), costs Redis ${f.redisCpuUsPerDescriptor.toFixed(2)} µs/descriptor (${f.redisRatio.toFixed(2)}× upstream)`,
         );
       }
       const h = p.halfRate.map((r) => `${r.server} ${fmt(r.reqPerSec)}/s, p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms`);
