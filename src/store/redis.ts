@@ -676,7 +676,13 @@ function replyTime(raw: unknown): number {
 export type WindowBase = (periodMs: number) => string;
 
 export function windowBase(prefix: string): WindowBase {
-  return (periodMs) => `${prefix}{}windows|fixed_window:${periodMs}|`;
+  // One text per period, made once: every window-hash limit of every batch asks for it.
+  const made = new Map<number, string>();
+  return (periodMs) => {
+    let base = made.get(periodMs);
+    if (base === undefined) made.set(periodMs, (base = `${prefix}{}windows|fixed_window:${periodMs}|`));
+    return base;
+  };
 }
 
 // Whether `spec`'s counter is a field of its window's hash: fixed windows in sluice's layout.
