@@ -401,6 +401,9 @@ ALGORITHMS.fixed_window_upstream = fixed_upstream
 -- the README). The count's window is the hash's, the current one, so this decides, refunds and
 -- absorbs as a fixed window whose state is { window start, count }. `base` comes with the spec
 -- (see spec_from and decide.lua's spec_of); writes go through write_counter or decide.lua's flush.
+-- The hash's name is made here, from Redis' time, so it is not among a call's KEYS (which name the
+-- counters): fine on one Redis. On a Cluster, where a script may touch only its call's slot and one
+-- hash per window would put every counter on one slot, each counter keeps its own key.
 local fixed_hash = {
   view = fixed.view, decide = fixed.decide, ttl = fixed.ttl,
   refund = fixed.refund, absorb = fixed.absorb, restore = fixed.restore,
