@@ -5,7 +5,7 @@ import { Redis } from 'ioredis';
 import { ManualClock } from '../src/clock';
 import type { Algorithm, LimitMode } from '../src/model';
 import { silentEvents } from '../src/store/events';
-import { decideArgs, RedisStore } from '../src/store/redis';
+import { decideArgs, RedisStore, windowBase } from '../src/store/redis';
 import { loadScripts } from '../src/store/scripts';
 import type { LimitCheck } from '../src/store/store';
 import { scriptCalls, startRedis, stopAll, type RedisNode } from './support/redis';
@@ -51,30 +51,45 @@ describe('decide.lua batches', () => {
   let node: RedisNode;
   let conn: Redis;
   let store: RedisStore;
+  let windowStore: RedisStore;
   const clock = new ManualClock(T0);
 
   before(async () => {
     node = await startRedis();
     conn = new Redis({ port: node.port, host: '127.0.0.1' });
     store = new RedisStore({ clients: [conn], cluster: false, explicitClock: clock, events: silentEvents, keyPrefix: 't:' });
-    while (!store.ready()) await new Promise((r) => setTimeout(r, 20));
+    windowStore = new RedisStore({ clients: [conn], cluster: false, explicitClock: clock, events: silentEvents, keyPrefix: 't:', windowHashes: true });
+    while (!store.ready() || !windowStore.ready()) await new Promise((r) => setTimeout(r, 20));
   });
 
   after(async () => {
     await store.close();
+    await windowStore.close();
     await stopAll();
   });
 
-  test('a batch answers and writes what its requests sent one by one do', async () => {
+  // With a key per counter, and with fixed windows as fields of their window's hash (the default,
+  // WINDOW_COUNTERS=hash): there the fixed window 'fw' is a field of `t:{}windows|…` (its value is
+  // compared, its expiry is the hash's, the same for both copies), and the key of another type
+  // (a hash) is used by a limit with a key of its own (the sliding window), so that it fails.
+  for (const windows of [false, true]) {
+    test(`a batch answers and writes what its requests sent one by one do${windows ? ' (fixed windows in window hashes)' : ''}`, () => batchesAsOneByOne(windows));
+  }
+
+  async function batchesAsOneByOne(windows: boolean): Promise<void> {
+    const s = windows ? windowStore : store;
+    const inHash = (i: number) => windows && i < KEYS.length && KEYS[i].algorithm === 'fixed_window';
+    const hashOf = (i: number) => `${windowBase('t:')(KEYS[i].periodMs)}${clock.now() - (clock.now() % KEYS[i].periodMs)}`;
+    const badAlgorithm = windows ? 1 : 0;
     let trial = 0;
-    const counts = { batches: 0, requests: 0, failed: 0, consumedTwice: 0, kept: 0 };
+    const counts = { batches: 0, requests: 0, failed: 0, consumedTwice: 0, kept: 0, fields: 0 };
     await fc.assert(
       fc.asyncProperty(trialArb, async ({ countDenied, seed, requests, withBadKey }) => {
         trial++;
-        const key = (copy: string, i: number) => (i === KEYS.length ? `${copy}${trial}:bad` : `${copy}${trial}:${KEYS[i].name}`);
+        const key = (copy: string, i: number) => (i === KEYS.length ? `${copy}${trial}${windows ? 'w' : ''}:bad` : `${copy}${trial}${windows ? 'w' : ''}:${KEYS[i].name}`);
         const checks = (copy: string, limits: LimitArb[]): LimitCheck[] =>
           limits.filter((l) => withBadKey || l.key < KEYS.length).map((l) => {
-            const k = KEYS[l.key % KEYS.length];
+            const k = KEYS[l.key === KEYS.length ? badAlgorithm : l.key];
             return { key: key(copy, l.key), algorithm: k.algorithm, limit: k.limit, periodMs: k.periodMs, burst: k.burst, hits: l.hits, mode: l.mode };
           });
         const options = { countDeniedHits: countDenied };
@@ -85,11 +100,16 @@ describe('decide.lua batches', () => {
         // gone from one copy and not the other).
         for (const limits of seed) {
           const cs = checks('a:', limits);
-          if (cs.length > 0) await store.decide(cs, options).catch(() => undefined);
+          if (cs.length > 0) await s.decide(cs, options).catch(() => undefined);
         }
         const names = KEYS.map((_, i) => i);
         for (const i of names) {
           const [a, b] = [key('a:', i), key('b:', i)];
+          if (inHash(i)) {
+            const value = await conn.hget(hashOf(i), a);
+            if (value !== null) await conn.hset(hashOf(i), b, value);
+            continue;
+          }
           const value = await conn.get(a);
           if (value === null) await conn.del(a, b);
           else await conn.multi().set(a, value, 'PX', SEED_TTL_MS).set(b, value, 'PX', SEED_TTL_MS).exec();
@@ -100,11 +120,11 @@ describe('decide.lua batches', () => {
         // 'a:' all at once: one batch (one script call); 'b:' one call each.
         const started = Date.now();
         const calls = await scriptCalls(node);
-        const batched = await Promise.allSettled(sent.map((r) => store.decide(r.a, options)));
+        const batched = await Promise.allSettled(sent.map((r) => s.decide(r.a, options)));
         // One call, or nothing here is batched (a key of another type makes it decide again inside).
         assert.equal((await scriptCalls(node)) - calls, 1);
         const single: PromiseSettledResult<unknown>[] = [];
-        for (const r of sent) single.push(await store.decide(r.b, options).then((value) => ({ status: 'fulfilled' as const, value }), (reason: unknown) => ({ status: 'rejected' as const, reason })));
+        for (const r of sent) single.push(await s.decide(r.b, options).then((value) => ({ status: 'fulfilled' as const, value }), (reason: unknown) => ({ status: 'rejected' as const, reason })));
         const tookMs = Date.now() - started;
         counts.batches++;
         counts.requests += sent.length;
@@ -119,6 +139,12 @@ describe('decide.lua batches', () => {
         });
         for (const i of names) {
           const [a, b] = [key('a:', i), key('b:', i)];
+          if (inHash(i)) {
+            const [va, vb] = await conn.hmget(hashOf(i), a, b);
+            assert.equal(va, vb, `value of ${KEYS[i].name}: ${JSON.stringify({ countDenied, seed, requests })}`);
+            if (va !== null) counts.fields++;
+            continue;
+          }
           const replies = (await conn.multi().get(a).pttl(a).get(b).pttl(b).exec())!.map(([err, v]) => {
             assert.equal(err, null);
             return v;
@@ -147,7 +173,8 @@ describe('decide.lua batches', () => {
     assert.ok(counts.consumedTwice > 100, `batches with a key used twice: ${counts.consumedTwice}`);
     assert.ok(counts.failed > 20, `requests failed on the key of another type: ${counts.failed}`);
     assert.ok(counts.kept > 20, `counters that kept their expiry: ${counts.kept}`);
-  });
+    if (windows) assert.ok(counts.fields > 100, `window-hash fields compared: ${counts.fields}`);
+  }
 
   // The caller never sends these; the script must still fail only the request that has them.
   test('a request with a malformed limit fails alone and writes nothing', async () => {
