@@ -189,7 +189,7 @@ export async function decisionsBench(requests: number, keyRequests = Math.round(
         "h2load -n N -c 4 -m 32 -t 1 -d <request> -H 'content-type: application/grpc' -H 'te: trailers' -H 'grpc-timeout: 1S' --log-file <latencies>",
         'node dist/bench/keys-load.js (100,000 distinct requests in turn, 4 connections x 32 streams, grpc-timeout 1S)',
         'redis-benchmark -c 16 -P 16 EVALSHA <INCRBY + PEXPIRE> 1 key 1 60000',
-        "redis-benchmark -c 4 -P 32 [-r 100000000] FCALL <decide> 3 <3 keys> 0 '' request 1 3 <spec> 1 <spec> 1 <spec> 1",
+        "redis-benchmark -c 4 -P 32 [-r 100000000] FCALL <decide> 3 <3 keys> <decide's arguments for one request of 3 fixed-window limits, as the store sends them (decideArgs)>",
       ],
     };
   } finally {
