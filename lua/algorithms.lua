@@ -20,6 +20,17 @@ local INF = 1 / 0
 -- "1e+17", which PX rejects after the script's earlier writes were made.
 local MAX_TTL = 315360000000
 
+-- A TTL of `t` ms as written: whole, at least 1, at most MAX_TTL, i.e.
+-- min(MAX_TTL, max(1, ceil(t))) without library calls (it runs for every counter decide writes). A
+-- number: redis.call writes a whole number out as one ("%.17g"), no Lua string to make.
+local function ttl_ms(t)
+  if not (t > 1) then return 1 end
+  if t >= MAX_TTL then return MAX_TTL end
+  local fraction = t % 1
+  if fraction == 0 then return t end
+  return t - fraction + 1
+end
+
 local function whole(x)
   if x <= 0 then return 0 end
   return math.floor(x + EPS)
@@ -429,11 +440,7 @@ end
 local function keep_window(s, start, now)
   local h = window_hash(s, start)
   if redis.call('PTTL', h) == -1 then
-    local t = start + 2 * s.period - now
-    local fraction = t % 1
-    if fraction ~= 0 then t = t - fraction + 1 end
-    if t < 1 then t = 1 elseif t > MAX_TTL then t = MAX_TTL end
-    redis.call('PEXPIRE', h, t)
+    redis.call('PEXPIRE', h, ttl_ms(start + 2 * s.period - now))
     redis.call('UNLINK', window_hash(s, start - s.period))
   end
 end
@@ -572,16 +579,9 @@ local function now_ms(explicit)
   return ms
 end
 
--- How long a counter in `state` must be kept, ms: whole, at least 1, at most MAX_TTL, i.e.
--- min(MAX_TTL, max(1, ceil(t))) without library calls (it runs for every counter decide writes). A
--- number: redis.call writes a whole number out as one ("%.17g"), no Lua string to make.
+-- How long a counter in `state` must be kept, ms (see ttl_ms).
 local function state_ttl_ms(impl, state, s, now)
-  local t = impl.ttl(state, s, now)
-  if not (t > 1) then return 1 end
-  if t >= MAX_TTL then return MAX_TTL end
-  local fraction = t % 1
-  if fraction == 0 then return t end
-  return t - fraction + 1
+  return ttl_ms(impl.ttl(state, s, now))
 end
 
 -- A spec from the fields the batch scripts and lease.lua get: algorithm, limit, period ms, burst.

@@ -138,9 +138,10 @@ end
 
 -- The batch's state so far: per counter written by an earlier request of the batch, its state,
 -- algorithm, and the expiry its write sets (a TTL in ms, or false: the key keeps its own, see
--- same_expiry; always a TTL for a key that was missing). `order`: the counters in the order they
--- were first written. `mine`/`held`: counters the request being decided has already changed (the
--- request's number, and the state), for limits of one request that share a key.
+-- same_expiry; always a TTL for a key that was missing). `order`: the counters with keys of their
+-- own in the order they were first written (window-hash fields are written group by group).
+-- `mine`/`held`: counters the request being decided has already changed (the request's number,
+-- and the state), for limits of one request that share a key.
 local states, impls, ttls, order, norder, mine, held
 -- A limit's answer with a state before it: its flags as one digit, then the state.
 local FLAG_TEXT = { [0] = '0', '1', '2', '3' }
@@ -207,7 +208,7 @@ local function decide_request(out, no, r, n, a)
       flags = flags + 2
       local ki, s = kis[i], sps[i]
       local impl = s.impl
-      if states[ki] == nil then
+      if states[ki] == nil and ki > nwin then
         norder = norder + 1
         order[norder] = ki
       end
@@ -267,9 +268,9 @@ local function flush()
     end
     for j = 1, norder do
       local ki = order[j]
-      if ki > nwin and stored[ki] == false and not redis.call('SET', KEYS[ki], encode_for(impls[ki], states[ki]), 'PX', ttls[ki], 'NX') then
+      if stored[ki] == false and not redis.call('SET', KEYS[ki], encode_for(impls[ki], states[ki]), 'PX', ttls[ki], 'NX') then
         for i = 1, j - 1 do
-          if order[i] > nwin and stored[order[i]] == false then redis.call('DEL', KEYS[order[i]]) end
+          if stored[order[i]] == false then redis.call('DEL', KEYS[order[i]]) end
         end
         return ki
       end
@@ -277,7 +278,7 @@ local function flush()
   end
   for j = 1, norder do
     local ki = order[j]
-    if ki > nwin and (by_get or stored[ki]) then
+    if by_get or stored[ki] then
       local ttl = ttls[ki]
       if ttl then
         redis.call('SET', KEYS[ki], encode_for(impls[ki], states[ki]), 'PX', ttl)
