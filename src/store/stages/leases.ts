@@ -365,9 +365,8 @@ export class LeaseStage extends Stage {
     });
   }
 
-  // Every sweep: leases past their end give back what they hold. One that served a request within
-  // its TTL is taken anew at once (a window's next, an allowance's next), so the key's next
-  // request finds a lease rather than a take to wait for (or, not waiting, the ordinary way).
+  // At `at` (when units may be back after an empty take), takes again if the key is still
+  // asked for and nothing else took or cleared it meanwhile.
   private retakeAt(check: LimitCheck, size: number, at: number): void {
     const entry = this.exhausted.get(check.key);
     const timer = setTimeout(() => {
@@ -380,6 +379,9 @@ export class LeaseStage extends Stage {
     this.retakes.add(timer);
   }
 
+  // Every sweep: leases past their end give back what they hold. One that served a request within
+  // its TTL is taken anew at once (a window's next, an allowance's next), so the key's next
+  // request finds a lease rather than a take to wait for (or, not waiting, the ordinary way).
   private expire(): void {
     const now = this.o.clock.now();
     for (const lease of [...this.leases.values()]) {
