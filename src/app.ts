@@ -86,7 +86,6 @@ function regionOptions(settings: Settings, metrics: Metrics, logger: Logger, eve
     policy: partitionPolicy(settings.globalPartitionPolicy)!,
     domainPolicies,
     horizonMs: settings.globalLeaseHorizonMs,
-    replicaHorizonMs: settings.replicaLeaseHorizonMs,
     leaseTtlMs: settings.globalLeaseTtlMs,
     timeoutMs: settings.globalTimeoutMs,
     events: region.events,

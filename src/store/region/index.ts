@@ -15,8 +15,6 @@ export interface RegionOptions {
   policy: PartitionPolicy;
   domainPolicies: ReadonlyMap<string, PartitionPolicy>;
   horizonMs: number;
-  // A replica's lease of the region's allowance covers this much of its own demand (0: none).
-  replicaHorizonMs: number;
   leaseTtlMs: number;
   timeoutMs: number;
   events: RegionEvents;
@@ -57,7 +55,6 @@ export function createRegion(regional: RedisStore, o: RegionOptions, ctx: Region
     policy: o.policy,
     domainPolicies: o.domainPolicies,
     budgetMs: ctx.budgetMs,
-    replicaHorizonMs: o.replicaHorizonMs,
     events: o.events,
   });
   const s = store;
