@@ -9,7 +9,8 @@ this Redis' clock, however far the global Redis' clock is).
 KEYS[1]  the allowance key; KEYS[2] the region's refill lock for it
 ARGV[1]  time in ms, for tests only; "" uses redis.call('TIME')
 ARGV[2]  units leased
-ARGV[3]  ms the units stay usable (the lease TTL, or the rest of the window they were taken in)
+ARGV[3]  ms the units stay usable (the lease TTL, or the rest of the window they were taken in;
+         0 or less: that window has ended here, and the units are dropped)
 ARGV[4]  what the global budget had left after the lease; ARGV[5] ms until it resets;
 ARGV[6]  ms until the global budget could give one unit ("inf": never; 0 when units were leased)
 ARGV[7]  the global Redis' time of the lease (ms): its window
@@ -25,6 +26,21 @@ local impl = ALGORITHMS.pool
 local raw = redis.call('GET', KEYS[1])
 local state = nil
 if raw then state = impl.decode(raw) end
+local hold = math.floor(tonumber(ARGV[9]))
+local function keep_lock()
+  if hold > 0 then
+    redis.call('SET', KEYS[2], '1', 'PX', hold)
+  else
+    redis.call('DEL', KEYS[2])
+  end
+end
+if tonumber(ARGV[3]) <= 0 then
+  -- Leased in a window that has ended by the time the units got here: spent now, they would be
+  -- spent in the next window, whose allowance (perhaps credited already) stays as it is.
+  keep_lock()
+  if state ~= nil and now < state[2] then return state[1] end
+  return 0
+end
 local units = tonumber(ARGV[2])
 local taken = tonumber(ARGV[7])
 if state ~= nil and now < state[2] then
@@ -36,12 +52,10 @@ end
 local ttl = math.max(1, math.floor(tonumber(ARGV[3])))
 local retry = tonumber(ARGV[6])
 if retry == nil or retry == INF then retry = tonumber(ARGV[5]) end
-local nxt = { units, now + ttl, tonumber(ARGV[4]), now + tonumber(ARGV[5]), now + retry, taken }
+-- Once these units are spent, no new ones land before the global budget has one and the region
+-- asks again: a denial says so (Retry-After), and replicas answer it locally until then; never
+-- past the allowance's end (a window's next budget is leased when it starts).
+local nxt = { units, now + ttl, tonumber(ARGV[4]), now + tonumber(ARGV[5]), now + math.min(ttl, math.max(retry, hold)), taken }
 redis.call('SET', KEYS[1], impl.encode(nxt), 'PX', ttl)
-local hold = math.floor(tonumber(ARGV[9]))
-if hold > 0 then
-  redis.call('SET', KEYS[2], '1', 'PX', hold)
-else
-  redis.call('DEL', KEYS[2])
-end
+keep_lock()
 return units

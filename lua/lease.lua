@@ -14,9 +14,13 @@ ARGV[7..9]  with KEYS[2]: region, its demand in units per second, ms after which
          seen lately) of what remains, at least one unit: leases shrink as the budget runs out, so
          the last units are not stranded in a region that does not need them, and a region whose
          demand rises gets its share at its next lease.
+ARGV[7]  without KEYS[2], optional: at most this share of what remains, rounded up (a replica
+         leasing from its region's allowance leaves the rest to the others, and to requests its
+         lease cannot serve, while the region's refill is on the way).
 
 Returns { units granted, now, remaining after, reset ms, retry-after ms for one unit ("inf" =
-never; 0 when units were granted) }. Unused units go back through refund.lua. --]]
+never; 0 when units were granted), and for a regional allowance the ms its units stay usable }.
+Unused units go back through refund.lua. --]]
 
 local now = now_ms(ARGV[1])
 local s = spec_from(ARGV[2], ARGV[3], ARGV[4], ARGV[5])
@@ -25,6 +29,9 @@ local impl = s.impl
 local state = read_counter(KEYS[1], s, now)
 local remaining = impl.view(state, s, now)
 local grant = math.min(wanted, remaining)
+if KEYS[2] == nil and ARGV[7] ~= nil then
+  grant = math.min(grant, math.ceil(remaining * tonumber(ARGV[7]) - 1e-6))
+end
 if KEYS[2] ~= nil and remaining > 0 then
   local rate, stale = tonumber(ARGV[8]), tonumber(ARGV[9])
   redis.call('HSET', KEYS[2], ARGV[7], num(rate) .. ':' .. num(now))
@@ -54,4 +61,6 @@ if grant == 0 then
   retry = r
 end
 local after, reset = impl.view(state, s, now)
-return { grant, num(now), num(after), num(reset), num(retry) }
+local reply = { grant, num(now), num(after), num(reset), num(retry) }
+if impl == ALGORITHMS.pool and state ~= nil then reply[6] = num(state[2] - now) end
+return reply

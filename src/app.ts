@@ -86,6 +86,7 @@ function regionOptions(settings: Settings, metrics: Metrics, logger: Logger, eve
     policy: partitionPolicy(settings.globalPartitionPolicy)!,
     domainPolicies,
     horizonMs: settings.globalLeaseHorizonMs,
+    replicaHorizonMs: settings.replicaLeaseHorizonMs,
     leaseTtlMs: settings.globalLeaseTtlMs,
     timeoutMs: settings.globalTimeoutMs,
     events: region.events,

@@ -151,6 +151,7 @@ export interface Settings {
   globalPartitionDomainPolicies: string[];
   globalLeaseHorizonMs: number;
   globalLeaseTtlMs: number;
+  replicaLeaseHorizonMs: number;
   globalTimeoutMs: number;
   // statsd output with envoyproxy/ratelimit's metric names (server/statsd.ts); off by default.
   statsdEnabled: boolean;
@@ -293,6 +294,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'globalPartitionPolicy', flag: 'global-partition-policy', env: ['GLOBAL_PARTITION_POLICY'], kind: 'string', def: 'deny', help: 'when the global Redis is unreachable and a key\'s regional allowance is spent: deny, allow, or a share of the limit this region may admit on its own, e.g. 50% (reconciled into the global budget when it is back)' },
   { key: 'globalPartitionDomainPolicies', flag: 'global-partition-domain-policies', env: ['GLOBAL_PARTITION_DOMAIN_POLICIES'], kind: 'list', def: [], help: 'per-domain partition policy, e.g. payments=deny,search=50%' },
   { key: 'globalLeaseHorizonMs', flag: 'global-lease-horizon', env: ['GLOBAL_LEASE_HORIZON'], kind: 'duration', def: 2000, help: "a regional lease covers this much of the region's observed demand for the key: longer = fewer calls to the global Redis, more units held in one region" },
+  { key: 'replicaLeaseHorizonMs', flag: 'replica-lease-horizon', env: ['REPLICA_LEASE_HORIZON'], kind: 'duration', def: 500, help: "multi-region: each replica leases this much of its own demand for a key from the region's allowance and answers from it without the regional Redis (0 = every decision on the regional Redis)" },
   { key: 'globalLeaseTtlMs', flag: 'global-lease-ttl', env: ['GLOBAL_LEASE_TTL'], kind: 'duration', def: 10_000, help: 'units a region leased and has not used go back to the global budget after this (a window lease ends with its window)' },
   { key: 'globalTimeoutMs', flag: 'global-timeout', env: ['GLOBAL_TIMEOUT'], kind: 'duration', def: 1000, help: 'a call to the global Redis unanswered this long counts as failed; two failures in a row mean a partition' },
   { key: 'countDeniedHits', flag: 'count-denied-hits', env: ['COUNT_DENIED_HITS'], kind: 'bool', def: false, help: "upstream counting: hits are counted even when the answer is OVER_LIMIT" },

@@ -9,6 +9,7 @@ import { MemoryStore } from './memory';
 import { PerSecondSplit, perSecondEvents } from './persecond';
 import type { RedisStore } from './redis';
 import { createRegion, RegionalStore, type RegionOptions } from './region';
+import { DemandStage } from './region/demand';
 import { BreakerStage } from './stages/breaker';
 import { DeadlineStage } from './stages/deadline';
 import { DataEpoch } from './stages/epoch';
@@ -145,6 +146,11 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
     refund: (entries) => redis.refunds.add(entries),
     events,
   });
+  // Multi-region: the regional Redis decides against the region's allowances.
+  const region = redis instanceof RegionalStore ? redis : undefined;
+  // A replica's lease of the allowance answers without the regional Redis; a request it cannot
+  // serve goes the ordinary way at once (one regional round trip, as without leases).
+  const replicaLeases = region?.replicaLeases === true;
   let top: Store = fallback;
   let leases: LeaseStage | undefined;
   if (o.leases !== undefined) {
@@ -152,7 +158,12 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
       ...o.leases,
       clock: o.clock,
       usable: () => closed(),
-      waitMs: (options) => deadline.budgetMs(options),
+      waitMs: (options) => (replicaLeases ? 0 : deadline.budgetMs(options)),
+      sizeFor: replicaLeases ? (c) => region!.replicaLeaseSize(c) : undefined,
+      denyLocally: region === undefined ? undefined : () => region.globalReachable(),
+      exhaustedMaxMs: replicaLeases ? o.region!.leaseTtlMs : undefined,
+      exhaustedMinMs: replicaLeases ? () => region!.globalRoundTripMs() : undefined,
+      retakeIfAsked: replicaLeases ? (c) => region!.asked(c) : undefined,
       onGrant: (check, grant) => lastKnown.recordOne(check, grant.remaining, grant.takenAtMs),
       events,
     });
@@ -163,10 +174,11 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
     size: o.overLimitCacheSize,
     whenCounting: o.overLimitCacheWhenCounting,
     isLeased: (c) => leases?.isLeased(c) ?? false,
-    leaseTtlMs: o.leases?.ttlMs ?? Infinity,
+    leaseTtlMs: replicaLeases ? o.region!.leaseTtlMs : (o.leases?.ttlMs ?? Infinity),
     events,
     onCache: o.onOverLimitCache,
   });
+  if (region !== undefined) top = new DemandStage(top, region);
   // Single timeouts leave journal entries while the breaker stays closed: write them back too.
   const flusher = setInterval(() => {
     if (closed() && journal.size > 0) journal.flush().catch(() => undefined);
@@ -174,7 +186,6 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
   flusher.unref();
   // A region cut off from the global Redis answers (from its allowances, then by its policy) with
   // its own Redis healthy: that is said beside what the stages say about the regional Redis.
-  const region = redis instanceof RegionalStore ? redis : undefined;
   const regionDegraded = region === undefined ? undefined : () => region.degraded();
   return new Lifecycle(top, regionDegraded, async () => {
     clearInterval(flusher);

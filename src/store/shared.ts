@@ -12,6 +12,8 @@ export interface LeaseGrant {
   resetMs: number;
   // When nothing was granted: until one unit could be (Infinity: never).
   retryAfterMs: number;
+  // A regional allowance's units are usable this long at most (they expire with it), ms.
+  usableMs?: number;
 }
 
 // Hits a replica's local fallback admitted, to be added to the shared counter exactly once.

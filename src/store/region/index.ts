@@ -15,6 +15,8 @@ export interface RegionOptions {
   policy: PartitionPolicy;
   domainPolicies: ReadonlyMap<string, PartitionPolicy>;
   horizonMs: number;
+  // A replica's lease of the region's allowance covers this much of its own demand (0: none).
+  replicaHorizonMs: number;
   leaseTtlMs: number;
   timeoutMs: number;
   events: RegionEvents;
@@ -55,6 +57,7 @@ export function createRegion(regional: RedisStore, o: RegionOptions, ctx: Region
     policy: o.policy,
     domainPolicies: o.domainPolicies,
     budgetMs: ctx.budgetMs,
+    replicaHorizonMs: o.replicaHorizonMs,
     events: o.events,
   });
   const s = store;

@@ -91,12 +91,17 @@ export class Refiller {
     d.count += check.hits;
   }
 
-  // The region's demand for the key, units per second.
+  // The region's demand for the key, units per second: this replica's times the live replicas.
   regionRate(key: string): number {
+    return this.replicaRate(key) * Math.max(1, this.o.replicas());
+  }
+
+  // This replica's demand for the key, units per second.
+  replicaRate(key: string): number {
     const d = this.demand.get(key);
     if (d === undefined) return 0;
     const elapsed = Math.max(0.25, (this.o.clock.now() % 1000) / 1000);
-    return Math.max(d.rate, d.count / elapsed) * Math.max(1, this.o.replicas());
+    return Math.max(d.rate, d.count / elapsed);
   }
 
   // Units a lease asks for: the region's demand over the horizon, within what the limit holds.
@@ -153,7 +158,9 @@ export class Refiller {
       return 'failed';
     }
     const ttlMs = this.ttlFor(check, grant, sentAt);
-    const holdMs = this.holdFor(check, grant, wanted);
+    // A window's hold ends soon after it: the next window's first lease must not wait, and a lease
+    // sent earlier would reach the global Redis while the old window still runs there.
+    const holdMs = isWindow(check) ? Math.max(0, Math.min(ttlMs + this.link.roundTripMs + 2 * CREDIT_TRAVEL_MS, this.holdFor(check, grant, wanted))) : this.holdFor(check, grant, wanted);
     await this.regional.credit({
       key: pool,
       lockKey: lock,
@@ -182,7 +189,8 @@ export class Refiller {
     if (!isWindow(check)) return this.o.leaseTtlMs;
     const windowLeft = windowStart(grant.takenAtMs, check.periodMs) + check.periodMs - grant.takenAtMs;
     const left = windowLeft - (this.o.clock.now() - sentAt) - CREDIT_TRAVEL_MS;
-    return Math.max(1, Math.min(this.o.leaseTtlMs, left));
+    // 0 or less: the window ended while the lease travelled; credit.lua drops its units.
+    return Math.min(this.o.leaseTtlMs, Math.floor(left));
   }
 
   // How long the region waits before asking again: not at all when it got what it asked for;

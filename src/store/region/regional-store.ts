@@ -19,6 +19,8 @@ export interface RegionalStoreOptions {
   domainPolicies: ReadonlyMap<string, PartitionPolicy>;
   // The caller's budget for one decision, ms (the deadline stage's).
   budgetMs: (options: DecideOptions) => number;
+  // A replica's lease of an allowance covers this much of its own demand, ms (0: none).
+  replicaHorizonMs: number;
   events: RegionEvents;
 }
 
@@ -28,6 +30,9 @@ export interface RegionalStoreOptions {
 type Route = 'pool' | 'partition' | 'allow';
 
 const MAX_HELD = 100_000;
+// A replica's lease takes at most this share of what the region's allowance holds: the rest is
+// left to other replicas, and to requests their leases cannot serve, until the refill lands.
+const REPLICA_TAKE_SHARE = 0.5;
 // Beyond three round trips, a wait for a first lease gives up, ms.
 const COLD_WAIT_SLACK_MS = 20;
 // Kept back from the caller's budget for the decision after a wait for the global Redis, ms.
@@ -66,6 +71,21 @@ export class RegionalStore implements Store, SharedOps {
     };
   }
 
+  // Is the global Redis reachable from here (not partitioned)?
+  globalReachable(): boolean {
+    return this.link.reachable;
+  }
+
+  // The last round trip to the global Redis, ms.
+  globalRoundTripMs(): number {
+    return this.link.roundTripMs;
+  }
+
+  // Do replicas serve this region's decisions from leases of its allowances?
+  get replicaLeases(): boolean {
+    return this.o.replicaHorizonMs > 0;
+  }
+
   heldUnits(): number {
     let sum = 0;
     for (const units of this.held.values()) sum += Math.max(0, units);
@@ -78,7 +98,6 @@ export class RegionalStore implements Store, SharedOps {
     const until = this.o.clock.now() + this.o.budgetMs(options) - REDECIDE_MS;
     let routes = checks.map((c) => this.route(c, options.domain));
     let d = await this.decideRouted(checks, routes, options);
-    for (const c of checks) if (c.hits > 0) this.refiller.note(c);
     this.topUp(checks, routes, d.outcomes);
     if (!d.admitted && (await this.repair(checks, routes, d.outcomes, options, { until, storeTimeMs: d.storeTimeMs }))) {
       routes = checks.map((c) => this.route(c, options.domain));
@@ -156,12 +175,37 @@ export class RegionalStore implements Store, SharedOps {
     }
   }
 
-  // SharedOps for the stages above: on the region's allowances. A replica's hot-key lease takes
-  // units from the region's allowance, which is topped up as the decisions' would be.
+  // Counts a request's hits as the region's demand, whoever answers it (the stages above answer
+  // from leases and remembered denials): the stack calls this for every request.
+  note(checks: readonly LimitCheck[]): void {
+    for (const c of checks) if (c.hits > 0) this.refiller.note(c);
+  }
+
+  // Has this replica seen requests for `check` lately?
+  asked(check: LimitCheck): boolean {
+    return this.refiller.replicaRate(check.key) > 0;
+  }
+
+  // Units a replica's lease of the region's allowance holds for `check`: its own demand over the
+  // replica horizon (at least one request's hits, at most what the limit holds); 0 = no replica
+  // leases, every decision on the regional Redis.
+  replicaLeaseSize(check: LimitCheck): number {
+    if (this.o.replicaHorizonMs <= 0) return 0;
+    const capacity = isWindow(check) ? check.limit : Math.max(check.burst, 1);
+    const wanted = Math.ceil((this.refiller.replicaRate(check.key) * this.o.replicaHorizonMs) / 1000);
+    return Math.max(check.hits, Math.min(capacity, wanted));
+  }
+
+  // SharedOps for the stages above: on the region's allowances. A replica's lease takes units from
+  // the region's allowance, which is topped up as the decisions' would be.
   async lease(spec: LimitSpec & { key: string }, units: number): Promise<LeaseGrant> {
-    const grant = await this.regional.lease(this.poolSpec(spec), units);
-    const check: LimitCheck = { ...spec, hits: Math.max(1, grant.granted), mode: 'enforce' };
-    this.refiller.note(check);
+    const grant = await this.regional.lease(this.poolSpec(spec), units, undefined, REPLICA_TAKE_SHARE);
+    const check: LimitCheck = { ...spec, hits: Math.max(1, units), mode: 'enforce' };
+    // No allowance at all (a new key, a new window): the first request finding none leases it
+    // and waits for it (decide), as without replica leases (a lease asked for here, as a window
+    // ends, would reach the global Redis still in the old window); nothing here says "try later".
+    if (grant.usableMs === undefined || grant.usableMs <= 0) return grant.granted === 0 ? { ...grant, retryAfterMs: 0 } : grant;
+    this.remember(spec.key, grant.remaining);
     if (this.link.reachable && grant.remaining < this.refiller.size(check) * LOW_WATER) void this.refiller.refill(check, grant.remaining);
     return grant;
   }
@@ -246,10 +290,14 @@ export class RegionalStore implements Store, SharedOps {
     checks.forEach((c, i) => {
       const held = outcomes[i].held;
       if (routes[i] !== 'pool' || c.hits <= 0 || held === undefined) return;
-      if (this.held.size >= MAX_HELD && !this.held.has(c.key)) this.held.clear();
-      this.held.set(c.key, held);
+      this.remember(c.key, held);
       if (held < this.refiller.size(c) * LOW_WATER) void this.refiller.refill(c, held);
     });
+  }
+
+  private remember(key: string, held: number): void {
+    if (this.held.size >= MAX_HELD && !this.held.has(key)) this.held.clear();
+    this.held.set(key, held);
   }
 
   // After a denial: a key the region holds no allowance of gets one now, if the caller's

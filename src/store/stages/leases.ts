@@ -14,12 +14,30 @@ export interface LeaseOptions {
   autoShare: number;
   // How long a lease is kept before unused units go back (a window lease ends with its window).
   ttlMs: number;
+  // A key whose take came back empty is denied here at most this long (units other replicas hold
+  // come back within a lease TTL, the default). Multi-region: the region's allowance says when
+  // its next units can land, and replicas' leftovers are a lease's crumbs.
+  exhaustedMaxMs?: number;
+  // ... and at least this long (multi-region: an empty allowance gets units a global round trip
+  // after its refill starts, at the soonest).
+  exhaustedMinMs?: () => number;
+  // When a take came back empty: take again, in the background, once units may be back, if this
+  // says the key is still asked for (multi-region: the next request then finds a lease instead
+  // of going the ordinary way). Not given: the next request's take.
+  retakeIfAsked?: (check: LimitCheck) => boolean;
   // Refill in the background when a lease falls below this share of its size.
   lowWater: number;
   // May a call go to Redis now (the breaker is closed)?
   usable: () => boolean;
-  // Longest a request waits for a take, ms (the caller's budget).
+  // Longest a request waits for a take, ms (the caller's budget). 0: a request its lease cannot
+  // serve goes the ordinary way at once, and the take follows it in the background.
   waitMs: (options: DecideOptions) => number;
+  // Units per lease for checks without a rule `lease`, in place of automatic leases for hot keys
+  // (multi-region: the replica's own demand over a short horizon); 0 = not leased.
+  sizeFor?: (check: LimitCheck) => number;
+  // May a key whose take came back empty be denied here now? (Multi-region: not while cut off
+  // from the global Redis, where the partition policy answers.) Always, when not given.
+  denyLocally?: () => boolean;
   // Every take's answer: what Redis said remains, at Redis time.
   onGrant?: (check: LimitCheck, grant: LeaseGrant) => void;
   events: StoreEvents;
@@ -34,6 +52,12 @@ interface Lease {
   windowStartMs?: number;
   // Local time after which the lease serves nothing (its window's end or the TTL, whichever first).
   expiresAt: number;
+  // The TTL, not a window's end (or its allowance's), set expiresAt: a refill extends it.
+  ttlBound: boolean;
+  // Local time its units' window (or regional allowance) ends, at the latest.
+  endsAt: number;
+  // Local time it last served a request.
+  servedAt: number;
   // What Redis said remains after the last take, and when the counter resets (local time).
   remainingAtTake: number;
   resetAt: number;
@@ -45,6 +69,7 @@ interface Reservation {
 }
 
 const HOT_FOR_MS = 10_000;
+const SWEEP_MS = 100;
 const MAX_TRACKED = 10_000;
 
 function isWindow(c: LimitCheck): boolean {
@@ -68,6 +93,8 @@ export class LeaseStage extends Stage {
   // most, since units other replicas hold return within it), so a burst costs Redis one take.
   private readonly exhausted = new Map<string, { until: number; retryAfterMs: number; resetMs: number }>();
   private readonly sweeper: NodeJS.Timeout;
+  private readonly retakes = new Set<NodeJS.Timeout>();
+  private closed = false;
 
   constructor(
     inner: Store,
@@ -75,14 +102,14 @@ export class LeaseStage extends Stage {
     private readonly o: LeaseOptions,
   ) {
     super(inner);
-    this.sweeper = setInterval(() => this.expire(), 100);
+    this.sweeper = setInterval(() => this.expire(), SWEEP_MS);
     this.sweeper.unref();
   }
 
   // Whether `check` is served from leases (a rule lease, or hot right now): a cached denial of it
   // must not outlive a lease TTL, since units held elsewhere come back within it.
   isLeased(check: LimitCheck): boolean {
-    if (check.lease !== undefined) return true;
+    if (check.lease !== undefined || this.o.sizeFor !== undefined) return true;
     const r = this.rates.get(check.key);
     return r !== undefined && r.hotUntil > this.o.clock.now();
   }
@@ -119,6 +146,7 @@ export class LeaseStage extends Stage {
       for (const r of reserved) if (r !== undefined) this.release(r);
       throw err;
     }
+    if (waitMs <= 0) this.takeAfter(checks, sizes, rest);
     if (rest.length === checks.length) return shared;
     const outcomes: LimitOutcome[] = [];
     rest.forEach((i, j) => (outcomes[i] = shared.outcomes[j]));
@@ -133,6 +161,15 @@ export class LeaseStage extends Stage {
     return { ...shared, outcomes };
   }
 
+  // Checks their leases could not serve, when requests do not wait for takes, went the ordinary
+  // way: their takes follow the decision (on the same connection), so a take never empties the
+  // counter under the request that started it.
+  private takeAfter(checks: readonly LimitCheck[], sizes: readonly number[], indices: readonly number[]): void {
+    if (!this.o.usable()) return;
+    const now = this.o.clock.now();
+    for (const i of indices) if (this.leasable(checks[i], sizes[i], now)) void this.refill(checks[i], sizes[i], this.live(checks[i].key));
+  }
+
   override configChanged(): void {
     // Lease sizes and limits come from the config: start over with the new one.
     for (const lease of [...this.leases.values()]) void this.retire(lease);
@@ -140,7 +177,10 @@ export class LeaseStage extends Stage {
   }
 
   override async close(): Promise<void> {
+    this.closed = true;
     clearInterval(this.sweeper);
+    for (const t of this.retakes) clearTimeout(t);
+    this.retakes.clear();
     await Promise.all([...this.leases.values()].map((l) => this.retire(l)));
     await this.inner.close();
   }
@@ -160,6 +200,7 @@ export class LeaseStage extends Stage {
       const lease = this.live(check.key);
       if (lease !== undefined && lease.available >= check.hits) {
         lease.available -= check.hits;
+        lease.servedAt = this.o.clock.now();
         if (lease.available < size * this.o.lowWater && this.o.usable()) void this.refill(check, size, lease);
         return { lease, hits: check.hits };
       }
@@ -178,6 +219,7 @@ export class LeaseStage extends Stage {
   // denies it all the same and says what the others have left: 0 for them would be a wrong
   // answer).
   private exhaustedDenial(checks: readonly LimitCheck[]): Decision | undefined {
+    if (this.o.denyLocally?.() === false) return undefined;
     const now = this.o.clock.now();
     const denials: LocalDenial[] = [];
     for (const c of checks) {
@@ -232,6 +274,7 @@ export class LeaseStage extends Stage {
   private leaseSize(check: LimitCheck): number {
     if (check.mode !== 'enforce' || check.hits <= 0) return 0;
     if (check.lease !== undefined) return check.lease;
+    if (this.o.sizeFor !== undefined) return this.o.sizeFor(check);
     if (this.o.autoThreshold <= 0 || !this.isHot(check.key)) return 0;
     return Math.max(1, Math.floor(check.limit * this.o.autoShare));
   }
@@ -275,9 +318,13 @@ export class LeaseStage extends Stage {
     this.o.onGrant?.(check, grant);
     const now = this.o.clock.now();
     if (grant.granted === 0) {
+      // Nothing to wait for (a regional allowance not leased yet): the next request asks.
+      if (grant.retryAfterMs <= 0) return;
       if (this.exhausted.size >= MAX_TRACKED) this.exhausted.clear();
-      const until = now + Math.min(grant.retryAfterMs, this.o.ttlMs);
-      this.exhausted.set(check.key, { until, retryAfterMs: grant.retryAfterMs, resetMs: grant.resetMs });
+      const retryAfterMs = Math.max(grant.retryAfterMs, this.o.exhaustedMinMs?.() ?? 0);
+      const until = now + Math.min(retryAfterMs, this.o.exhaustedMaxMs ?? this.o.ttlMs);
+      this.exhausted.set(check.key, { until, retryAfterMs, resetMs: grant.resetMs });
+      if (this.o.retakeIfAsked !== undefined) this.retakeAt(check, size, until);
       return;
     }
     this.exhausted.delete(check.key);
@@ -286,10 +333,17 @@ export class LeaseStage extends Stage {
     // Redis took the units at takenAtMs, no earlier than we sent the take: counting the window's
     // rest from the send time ends the lease no later than the window does.
     const windowLeft = windowStartMs === undefined ? Infinity : windowStartMs + check.periodMs - grant.takenAtMs;
-    const expiresAt = sentAt + Math.min(this.o.ttlMs, windowLeft);
+    // Units of a regional allowance end with it, whatever this replica's idea of the window.
+    const lifeMs = Math.min(windowLeft, grant.usableMs ?? Infinity);
+    const expiresAt = sentAt + Math.min(this.o.ttlMs, lifeMs);
     const old = this.leases.get(check.key);
     // A refill joins the live lease only when Redis took it in the same window.
     if (old !== undefined && old.expiresAt > now && old.windowStartMs === windowStartMs) {
+      // Units in use are not idle: a lease its refills keep busy lives on (up to its window's or
+      // allowance's end), instead of giving back and taking again every TTL.
+      if (old.ttlBound) old.expiresAt = Math.max(old.expiresAt, expiresAt);
+      old.ttlBound = this.o.ttlMs < lifeMs;
+      old.endsAt = Math.max(old.endsAt, sentAt + lifeMs);
       old.available += grant.granted;
       old.remainingAtTake = grant.remaining;
       old.resetAt = now + grant.resetMs;
@@ -303,20 +357,48 @@ export class LeaseStage extends Stage {
       takenAtMs: grant.takenAtMs,
       windowStartMs,
       expiresAt,
+      ttlBound: this.o.ttlMs < lifeMs,
+      endsAt: sentAt + lifeMs,
+      servedAt: now,
       remainingAtTake: grant.remaining,
       resetAt: now + grant.resetMs,
     });
   }
 
+  // At `at` (when units may be back after an empty take), takes again if the key is still
+  // asked for and nothing else took or cleared it meanwhile.
+  private retakeAt(check: LimitCheck, size: number, at: number): void {
+    const entry = this.exhausted.get(check.key);
+    const timer = setTimeout(() => {
+      this.retakes.delete(timer);
+      if (this.closed || this.exhausted.get(check.key) !== entry || !this.o.usable() || !this.o.retakeIfAsked!(check)) return;
+      this.exhausted.delete(check.key);
+      if (this.live(check.key) === undefined) void this.refill(check, size, undefined);
+    }, Math.max(0, at - this.o.clock.now()));
+    timer.unref();
+    this.retakes.add(timer);
+  }
+
+  // Every sweep: leases past their end give back what they hold. One that served a request within
+  // its TTL is taken anew at once (a window's next, an allowance's next), so the key's next
+  // request finds a lease rather than a take to wait for (or, not waiting, the ordinary way).
   private expire(): void {
     const now = this.o.clock.now();
-    for (const lease of this.leases.values()) if (lease.expiresAt <= now) void this.retire(lease);
+    for (const lease of [...this.leases.values()]) {
+      if (lease.expiresAt > now) continue;
+      const active = now - lease.servedAt < this.o.ttlMs;
+      const retired = this.retire(lease);
+      if (active && this.o.usable()) void retired.then(() => this.refill(lease.check, lease.size, undefined));
+    }
   }
 
   private async retire(lease: Lease): Promise<void> {
     if (this.leases.get(lease.check.key) === lease) this.leases.delete(lease.check.key);
     const unused = lease.available;
     lease.available = 0;
+    // Units of a window (or a regional allowance) that has ended, or ends before a give-back is
+    // sure to land, are worth nothing: a late give-back could land in the next one's counter.
+    if (this.o.clock.now() >= lease.endsAt - SWEEP_MS) return;
     await this.giveBackUnits(lease, unused);
   }
 

@@ -1,0 +1,20 @@
+import type { DecideOptions, Decision, LimitCheck, Store } from '../store';
+import { Stage } from '../stages/stage';
+import type { RegionalStore } from './regional-store';
+
+// The top of a multi-region stack: every request's hits are the region's demand, whichever stage
+// answers it (a replica's lease, a remembered denial, the regional Redis), so lease sizes and the
+// region's share of the global budget follow what is asked, not what got through.
+export class DemandStage extends Stage {
+  constructor(
+    inner: Store,
+    private readonly region: RegionalStore,
+  ) {
+    super(inner);
+  }
+
+  override decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    this.region.note(checks);
+    return this.inner.decide(checks, options);
+  }
+}
