@@ -17,6 +17,8 @@ ARGV[7..9]  with KEYS[2]: region, its demand in units per second, ms after which
 ARGV[7]  without KEYS[2], optional: at most this share of what remains, rounded up (a replica
          leasing from its region's allowance leaves the rest to the others, and to requests its
          lease cannot serve, while the region's refill is on the way).
+ARGV[8]  without KEYS[2], optional: at least this many units, or none (a lease too small for a
+         request serves none of it, and strands units other replicas could use).
 
 Returns { units granted, now, remaining after, reset ms, retry-after ms for one unit ("inf" =
 never; 0 when units were granted), and for a regional allowance the ms its units stay usable }.
@@ -31,6 +33,9 @@ local remaining = impl.view(state, s, now)
 local grant = math.min(wanted, remaining)
 if KEYS[2] == nil and ARGV[7] ~= nil then
   grant = math.min(grant, math.ceil(remaining * tonumber(ARGV[7]) - 1e-6))
+  local least = tonumber(ARGV[8] or 1)
+  if grant < least then grant = math.min(least, remaining) end
+  if grant < least then grant = 0 end
 end
 if KEYS[2] ~= nil and remaining > 0 then
   local rate, stale = tonumber(ARGV[8]), tonumber(ARGV[9])

@@ -319,8 +319,7 @@ describe('multi-region', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-outage-'));
     fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: ${LIMIT} }\n`);
     // Without replica leases: this checks the regional Redis' and the fallback's accounting unit by
-    // unit (with them, open in issue 12's note: a back-to-back caller can be denied while the
-    // allowance's refill is on the way, and replica-held units move the bucket's count).
+    // unit, which units held in a replica's lease would blur (the back-to-back and hot-key tests run with them).
     const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${global.port}`, breakerCooldownMs: 200, replicaLeaseHorizonMs: 0 });
     try {
       await waitReady(app, 20_000);
@@ -380,6 +379,34 @@ describe('multi-region', () => {
     }
   });
 
+  test('a back-to-back caller behind a slow link: never denied while the global budget has units', async () => {
+    // Replica leases on (the default): a replica's lease and the region's allowance can both run
+    // dry while the allowance's refill travels; with the global budget not short, the request
+    // waits for those units (the caller's deadline allows) instead of being denied.
+    const [regional, global] = [await startRedis(), await startRedis()];
+    const link = await startDelayProxy({ targetPort: global.port, delayMs: 20 });
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-seq-'));
+    fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: ${LIMIT} }\n`);
+    const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${link.port}` });
+    try {
+      await waitReady(app, 20_000);
+      await awayFromWindowEdge(3_600_000, 30_000);
+      const answers: string[] = [];
+      for (let i = 0; i < LIMIT + 10; i++) {
+        const r = await callWithDeadline(app, { domain: 'mr', descriptors: [d(['tenant', 't1'])] }, 1000);
+        answers.push(r.overallCode === 1 ? '+' : '-');
+      }
+      // The budget's LIMIT units, each to the next caller, then denials.
+      assert.equal(answers.join(''), '+'.repeat(LIMIT) + '-'.repeat(10));
+      const count = await fixedWindowCount(global, 'sluice:{mr|tenant=t1}|fixed_window:3600000', 3_600_000);
+      assert.equal(count, LIMIT);
+    } finally {
+      await app.stop();
+      await link.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test("hot keys: replicas' own leases come out of the region's allowance, and the bound holds", async () => {
     const [regional, global] = [await startRedis(), await startRedis()];
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-hot-'));
@@ -421,8 +448,7 @@ describe('multi-region', () => {
     fs.writeFileSync(path.join(dir, 'config.yaml'), 'domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: 10, algorithm: token_bucket, burst: 10 }\n');
     // Leases of about one unit: the region runs dry with budget left in the global bucket.
     // Without replica leases: this checks the regional Redis' and the fallback's accounting unit by
-    // unit (with them, open in issue 12's note: a back-to-back caller can be denied while the
-    // allowance's refill is on the way, and replica-held units move the bucket's count).
+    // unit, which units held in a replica's lease would blur (the back-to-back and hot-key tests run with them).
     const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'b', globalRedisUrl: `127.0.0.1:${link.port}`, globalPartitionPolicy: 'allow', globalTimeoutMs: 300, globalLeaseHorizonMs: 50, replicaLeaseHorizonMs: 0 });
     try {
       await waitReady(app, 20_000);

@@ -289,12 +289,12 @@ export class RedisStore implements Store, SharedOps {
   // Takes up to `units` of a limit's budget (lua/lease.lua); with `demand`, at most the region's
   // share of what remains (multi-region).
   // `demand`: a region leasing from the global budget; `maxShare`: at most this share of what
-  // remains (a replica leasing from its region's allowance).
-  async lease(spec: LimitSpec & { key: string }, units: number, demand?: RegionDemand, maxShare?: number): Promise<LeaseGrant> {
+  // remains (a replica leasing from its region's allowance), and at least `atLeast` or nothing.
+  async lease(spec: LimitSpec & { key: string }, units: number, demand?: RegionDemand, maxShare?: number, atLeast = 1): Promise<LeaseGrant> {
     const args: Arg[] = [spec.key, this.time(), luaAlgorithm(spec, this.windows), spec.limit, spec.periodMs, spec.burst, units];
     if (demand !== undefined) args.splice(1, 0, demand.key);
     if (demand !== undefined) args.push(demand.region, demand.rate, demand.staleMs);
-    else if (maxShare !== undefined) args.push(maxShare);
+    else if (maxShare !== undefined) args.push(maxShare, atLeast);
     const r = (await this.run('lease', 'lease', demand === undefined ? 1 : 2, args)) as unknown[];
     const grant: LeaseGrant = { granted: Number(r[0]), takenAtMs: Number(r[1]), remaining: num(r[2]), resetMs: num(r[3]), retryAfterMs: num(r[4]) };
     if (r[5] !== undefined) grant.usableMs = num(r[5]);

@@ -33,7 +33,7 @@ const MAX_HELD = 100_000;
 // A replica's lease takes at most this share of what the region's allowance holds: the rest is
 // left to other replicas, and to requests their leases cannot serve, until the refill lands.
 const REPLICA_TAKE_SHARE = 0.5;
-// Beyond three round trips, a wait for a first lease gives up, ms.
+// Beyond three round trips, a wait for a lease gives up, ms.
 const COLD_WAIT_SLACK_MS = 20;
 // Kept back from the caller's budget for the decision after a wait for the global Redis, ms.
 const REDECIDE_MS = 20;
@@ -197,9 +197,10 @@ export class RegionalStore implements Store, SharedOps {
   }
 
   // SharedOps for the stages above: on the region's allowances. A replica's lease takes units from
-  // the region's allowance, which is topped up as the decisions' would be.
-  async lease(spec: LimitSpec & { key: string }, units: number): Promise<LeaseGrant> {
-    const grant = await this.regional.lease(this.poolSpec(spec), units, undefined, REPLICA_TAKE_SHARE);
+  // the region's allowance, which is topped up as the decisions' would be; at least the hits of
+  // the request it was taken for (`spec` is that request's check), or none.
+  async lease(spec: LimitSpec & { key: string; hits?: number }, units: number): Promise<LeaseGrant> {
+    const grant = await this.regional.lease(this.poolSpec(spec), units, undefined, REPLICA_TAKE_SHARE, Math.max(1, spec.hits ?? 1));
     const check: LimitCheck = { ...spec, hits: Math.max(1, units), mode: 'enforce' };
     // No allowance at all (a new key, a new window): the first request finding none leases it
     // and waits for it (decide), as without replica leases (a lease asked for here, as a window
@@ -207,6 +208,9 @@ export class RegionalStore implements Store, SharedOps {
     if (grant.usableMs === undefined || grant.usableMs <= 0) return grant.granted === 0 ? { ...grant, retryAfterMs: 0 } : grant;
     this.remember(spec.key, grant.remaining);
     if (this.link.reachable && grant.remaining < this.refiller.size(check) * LOW_WATER) void this.refiller.refill(check, grant.remaining);
+    // Dry, with units on their way (the global budget is not short): not a reason to deny here
+    // until some later time; the next request goes to the regional Redis, which waits for them.
+    if (grant.granted === 0 && this.refiller.expected(spec.key)) return { ...grant, retryAfterMs: 0 };
     return grant;
   }
 
@@ -300,8 +304,8 @@ export class RegionalStore implements Store, SharedOps {
     this.held.set(key, held);
   }
 
-  // After a denial: a key the region holds no allowance of gets one now, if the caller's
-  // deadline leaves time for the global round trip; while cut off, a key whose allowance is
+  // After a denial: a key the region holds no allowance of gets one now, and a dry allowance the
+  // units on their way, if the caller's deadline leaves time for the global round trip; while cut off, a key whose allowance is
   // spent goes to the partition policy. True when deciding again may change the answer.
   private async repair(
     checks: readonly LimitCheck[],
@@ -320,23 +324,26 @@ export class RegionalStore implements Store, SharedOps {
       if (policy.kind === 'share') await this.startEmpty(fresh.map((i) => checks[i]), options.domain, storeTimeMs);
       return true;
     }
-    const cold = short.filter((i) => outcomes[i].held === undefined);
+    // Cold (no allowance yet), or dry with a refill that should bring units (the global budget
+    // gave all that was asked last time): worth a wait. A dry allowance of a short budget is not.
+    const waitable = short.filter((i) => outcomes[i].held === undefined || this.refiller.expected(checks[i].key));
+    const refill = (i: number) => this.refiller.refill(checks[i], outcomes[i].held);
     const budget = until - this.o.clock.now();
-    if (cold.length === 0 || budget < 2 * this.link.roundTripMs + 10) {
-      for (const i of cold) void this.refiller.refill(checks[i], undefined);
+    if (waitable.length === 0 || budget < 2 * this.link.roundTripMs + 10) {
+      for (const i of waitable) void refill(i);
       return false;
     }
     // A lease answers in about a round trip; one that takes three is stuck (a link going dark),
     // and the caller is better served by a denial now than by one at its deadline.
     const rtt = this.link.roundTripMs;
     const wait = rtt > 0 ? Math.min(budget, 3 * rtt + COLD_WAIT_SLACK_MS) : budget;
-    const results = await settledWithin(Promise.all(cold.map((i) => this.refiller.refill(checks[i], undefined))), wait);
+    const results = await settledWithin(Promise.all(waitable.map(refill)), wait);
     if (results === undefined) return false;
-    if (results.includes('busy')) {
-      // Another replica of the region is leasing it: its credit lands about a round trip later.
-      await sleep(Math.min(until - this.o.clock.now(), this.link.roundTripMs + 20));
-    }
-    return results.some((r) => r !== 'failed') || !this.link.reachable;
+    // Busy: another replica of the region is leasing it (or, for a dry allowance, the region is
+    // backing off). A cold key's credit lands about a round trip later: worth one more wait.
+    const coldBusy = results.some((r, j) => r === 'busy' && outcomes[waitable[j]].held === undefined);
+    if (coldBusy) await sleep(Math.min(until - this.o.clock.now(), this.link.roundTripMs + 20));
+    return results.some((r, j) => r === 'credited' || (r === 'busy' && outcomes[waitable[j]].held === undefined)) || !this.link.reachable;
   }
 
   // A bucket a cut-off region starts deciding on its own starts empty: the region gets its share

@@ -198,6 +198,13 @@ export class LeaseStage extends Stage {
     // Two takes at most (one may land in a window that is already over), then a last look.
     for (let attempt = 0; attempt <= 2; attempt++) {
       const lease = this.live(check.key);
+      if (lease !== undefined && lease.available > 0 && lease.available < check.hits && waitMs <= 0) {
+        // Too few for this request, and it does not wait for a refill: what the lease holds goes
+        // back first, for the ordinary way to find (units split among replicas' leases and the
+        // shared budget, each too few for the request, would deny it with the budget unspent).
+        await this.retire(lease);
+        return undefined;
+      }
       if (lease !== undefined && lease.available >= check.hits) {
         lease.available -= check.hits;
         lease.servedAt = this.o.clock.now();
@@ -318,8 +325,9 @@ export class LeaseStage extends Stage {
     this.o.onGrant?.(check, grant);
     const now = this.o.clock.now();
     if (grant.granted === 0) {
-      // Nothing to wait for (a regional allowance not leased yet): the next request asks.
-      if (grant.retryAfterMs <= 0) return;
+      // Nothing to wait for (a regional allowance not leased yet, or refilled soon): the next
+      // request asks. A lease that still holds units serves on: its key is not exhausted here.
+      if (grant.retryAfterMs <= 0 || (this.live(check.key)?.available ?? 0) > 0) return;
       if (this.exhausted.size >= MAX_TRACKED) this.exhausted.clear();
       const retryAfterMs = Math.max(grant.retryAfterMs, this.o.exhaustedMinMs?.() ?? 0);
       const until = now + Math.min(retryAfterMs, this.o.exhaustedMaxMs ?? this.o.ttlMs);
