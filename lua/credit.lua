@@ -55,7 +55,11 @@ if retry == nil or retry == INF then retry = tonumber(ARGV[5]) end
 -- Once these units are spent, no new ones land before the global budget has one and the region
 -- asks again: a denial says so (Retry-After), and replicas answer it locally until then; never
 -- past the allowance's end (a window's next budget is leased when it starts).
-local nxt = { units, now + ttl, tonumber(ARGV[4]), now + tonumber(ARGV[5]), now + math.min(ttl, math.max(retry, hold)), taken }
+local retry_at = now + math.min(ttl, math.max(retry, hold))
+-- 0: the lease brought all that was asked (no hold): the global budget is not short, and a request
+-- finding these units spent may wait for the refill under way (RegionalStore.unitsComing).
+if hold <= 0 and tonumber(ARGV[2]) > 0 then retry_at = 0 end
+local nxt = { units, now + ttl, tonumber(ARGV[4]), now + tonumber(ARGV[5]), retry_at, taken }
 redis.call('SET', KEYS[1], impl.encode(nxt), 'PX', ttl)
 keep_lock()
 return units

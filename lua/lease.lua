@@ -21,7 +21,8 @@ ARGV[8]  without KEYS[2], optional: at least this many units, or none (a lease t
          request serves none of it, and strands units other replicas could use).
 
 Returns { units granted, now, remaining after, reset ms, retry-after ms for one unit ("inf" =
-never; 0 when units were granted), and for a regional allowance the ms its units stay usable }.
+never; 0 when units were granted), and for a regional allowance the ms its units stay usable and
+1 when its last refill brought all it asked for (credit.lua), else 0 }.
 Unused units go back through refund.lua. --]]
 
 local now = now_ms(ARGV[1])
@@ -67,5 +68,8 @@ if grant == 0 then
 end
 local after, reset = impl.view(state, s, now)
 local reply = { grant, num(now), num(after), num(reset), num(retry) }
-if impl == ALGORITHMS.pool and state ~= nil then reply[6] = num(state[2] - now) end
+if impl == ALGORITHMS.pool and state ~= nil then
+  reply[6] = num(state[2] - now)
+  reply[7] = state[5] == 0 and 1 or 0
+end
 return reply

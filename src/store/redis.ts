@@ -5,7 +5,7 @@ import { ALGORITHM_IMPLS, type AlgorithmImpl, type LimitSpec, specOf, type State
 import { windowStart } from '../limiter/algorithms/types';
 import { admits } from '../limiter/policy';
 import type { StoreEvents } from './events';
-import { poolImpl, poolUnits } from './region/pool';
+import { poolAmple, poolImpl, poolUnits } from './region/pool';
 import { RefundQueue, type RefundQueueOptions } from './refund-queue';
 import { encodeCall, WireCommand } from './resp';
 import { loadScripts, type ScriptName, type Scripts } from './scripts';
@@ -298,6 +298,7 @@ export class RedisStore implements Store, SharedOps {
     const r = (await this.run('lease', 'lease', demand === undefined ? 1 : 2, args)) as unknown[];
     const grant: LeaseGrant = { granted: Number(r[0]), takenAtMs: Number(r[1]), remaining: num(r[2]), resetMs: num(r[3]), retryAfterMs: num(r[4]) };
     if (r[5] !== undefined) grant.usableMs = num(r[5]);
+    if (r[6] !== undefined) grant.ample = Number(r[6]) === 1;
     return grant;
   }
 
@@ -750,7 +751,10 @@ function outcomeFrom(c: LimitCheck, flags: number, raw: unknown, now: number, be
     retryAfterMs: allowed ? 0 : verdict.retryAfterMs,
     usedBefore: was.used,
   };
-  if (c.layout === 'pool') outcome.held = state === undefined ? undefined : poolUnits(consumed ? verdict.next : state, now);
+  if (c.layout === 'pool') {
+    outcome.held = state === undefined ? undefined : poolUnits(consumed ? verdict.next : state, now);
+    outcome.ample = state !== undefined && poolAmple(state);
+  }
   return outcome;
 }
 

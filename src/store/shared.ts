@@ -14,6 +14,8 @@ export interface LeaseGrant {
   retryAfterMs: number;
   // A regional allowance's units are usable this long at most (they expire with it), ms.
   usableMs?: number;
+  // ... and its last refill brought all it asked for: the global budget is not short.
+  ample?: boolean;
 }
 
 // Hits a replica's local fallback admitted, to be added to the shared counter exactly once.

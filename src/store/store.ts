@@ -27,6 +27,8 @@ export interface LimitOutcome {
   // Multi-region, from the Redis store only: units the region's allowance for this limit holds
   // after the decision; undefined when the region holds none (never leased, or expired).
   held?: number;
+  // ... and its last refill brought all it asked for (the global budget is not short).
+  ample?: boolean;
   // Answered from the over-limit cache, without asking the store (upstream's
   // over_limit_with_local_cache).
   fromLocalCache?: boolean;

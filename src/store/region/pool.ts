@@ -18,6 +18,11 @@ function withUnits(state: State, units: number): State {
   return [units, state[1], state[2], state[3], state[4], state[5]];
 }
 
+// Did the allowance's last refill bring all it asked for (credit.lua: retry-at 0)?
+export function poolAmple(state: State): boolean {
+  return state[4] === 0;
+}
+
 export const poolImpl: AlgorithmImpl = {
   view(state: State | undefined, spec: LimitSpec, nowMs: number): View {
     const remaining = Math.max(0, poolUnits(state, nowMs));

@@ -57,9 +57,6 @@ export class Refiller {
   private readonly notBefore = new Map<string, number>();
   private readonly demand = new Map<string, Demand>();
   private readonly sizes = new Map<string, number>();
-  // Keys whose last lease got less than it asked for: the global budget is short, and a refill
-  // brings crumbs at best (a full grant clears it).
-  private readonly short = new Set<string>();
   // Allowances this replica credited with a TTL lease, to take back before they expire.
   private readonly expiring = new Map<string, { spec: LimitSpec & { key: string }; expiresAt: number }>();
   private readonly sweeper: NodeJS.Timeout;
@@ -137,13 +134,6 @@ export class Refiller {
     return p;
   }
 
-  // May a refill of the key bring units: the global Redis is reachable and gave all that was
-  // asked last time (or has not been asked yet)? A request finding the allowance dry may then wait
-  // for one rather than be denied.
-  expected(key: string): boolean {
-    return this.link.reachable && !this.short.has(key);
-  }
-
   close(): void {
     clearInterval(this.sweeper);
   }
@@ -183,10 +173,6 @@ export class Refiller {
       windowMs: isWindow(check) ? check.periodMs : undefined,
       holdMs,
     });
-    // Said once the units are in the allowance: a request finding it dry before waits for them.
-    if (this.short.size >= MAX_TRACKED) this.short.clear();
-    if (grant.granted < wanted) this.short.add(check.key);
-    else this.short.delete(check.key);
     if (holdMs > 0) this.backOff(check.key, holdMs);
     if (grant.granted > 0) {
       this.o.events.leased(grant.granted, size);

@@ -210,7 +210,7 @@ export class RegionalStore implements Store, SharedOps {
     if (this.link.reachable && grant.remaining < this.refiller.size(check) * LOW_WATER) void this.refiller.refill(check, grant.remaining);
     // Dry, with units on their way (the global budget is not short): not a reason to deny here
     // until some later time; the next request goes to the regional Redis, which waits for them.
-    if (grant.granted === 0 && this.refiller.expected(spec.key)) return { ...grant, retryAfterMs: 0 };
+    if (grant.granted === 0 && this.unitsComing(grant.ample)) return { ...grant, retryAfterMs: 0 };
     return grant;
   }
 
@@ -299,6 +299,13 @@ export class RegionalStore implements Store, SharedOps {
     });
   }
 
+  // May a refill bring a spent allowance units soon: the global Redis is reachable, and the
+  // allowance's last refill brought all it asked for (the global budget is not short; when it is,
+  // a wait would mostly end in a denial, one global round trip late).
+  private unitsComing(ample: boolean | undefined): boolean {
+    return this.link.reachable && ample === true;
+  }
+
   private remember(key: string, held: number): void {
     if (this.held.size >= MAX_HELD && !this.held.has(key)) this.held.clear();
     this.held.set(key, held);
@@ -326,7 +333,7 @@ export class RegionalStore implements Store, SharedOps {
     }
     // Cold (no allowance yet), or dry with a refill that should bring units (the global budget
     // gave all that was asked last time): worth a wait. A dry allowance of a short budget is not.
-    const waitable = short.filter((i) => outcomes[i].held === undefined || this.refiller.expected(checks[i].key));
+    const waitable = short.filter((i) => outcomes[i].held === undefined || this.unitsComing(outcomes[i].ample));
     const refill = (i: number) => this.refiller.refill(checks[i], outcomes[i].held);
     const budget = until - this.o.clock.now();
     if (waitable.length === 0 || budget < 2 * this.link.roundTripMs + 10) {

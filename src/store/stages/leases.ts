@@ -91,7 +91,8 @@ export class LeaseStage extends Stage {
   private readonly taking = new Map<string, Promise<void>>();
   // Keys whose last take came back empty: denied here until units may be back (a lease TTL at
   // most, since units other replicas hold return within it), so a burst costs Redis one take.
-  private readonly exhausted = new Map<string, { until: number; retryAfterMs: number; resetMs: number }>();
+  // `retaking`: its background retake is under way; the key stays denied here until it answers.
+  private readonly exhausted = new Map<string, { until: number; retryAfterMs: number; resetMs: number; retaking?: boolean }>();
   private readonly sweeper: NodeJS.Timeout;
   private readonly retakes = new Set<NodeJS.Timeout>();
   private closed = false;
@@ -242,7 +243,7 @@ export class LeaseStage extends Stage {
   private isExhausted(key: string, now: number): boolean {
     const e = this.exhausted.get(key);
     if (e === undefined) return false;
-    if (e.until > now) return true;
+    if (e.until > now || (e.retaking === true && this.taking.has(key))) return true;
     this.exhausted.delete(key);
     return false;
   }
@@ -347,9 +348,10 @@ export class LeaseStage extends Stage {
     const old = this.leases.get(check.key);
     // A refill joins the live lease only when Redis took it in the same window.
     if (old !== undefined && old.expiresAt > now && old.windowStartMs === windowStartMs) {
-      // Units in use are not idle: a lease its refills keep busy lives on (up to its window's or
-      // allowance's end), instead of giving back and taking again every TTL.
-      if (old.ttlBound) old.expiresAt = Math.max(old.expiresAt, expiresAt);
+      // Units in use are not idle: a lease its refills keep busy lives on (up to its window's end,
+      // or its allowance's, which the region's refills move on), instead of giving back and taking
+      // again every TTL, each time sending requests the ordinary way until the take lands.
+      old.expiresAt = Math.max(old.expiresAt, expiresAt);
       old.ttlBound = this.o.ttlMs < lifeMs;
       old.endsAt = Math.max(old.endsAt, sentAt + lifeMs);
       old.available += grant.granted;
@@ -379,9 +381,15 @@ export class LeaseStage extends Stage {
     const entry = this.exhausted.get(check.key);
     const timer = setTimeout(() => {
       this.retakes.delete(timer);
-      if (this.closed || this.exhausted.get(check.key) !== entry || !this.o.usable() || !this.o.retakeIfAsked!(check)) return;
-      this.exhausted.delete(check.key);
-      if (this.live(check.key) === undefined) void this.refill(check, size, undefined);
+      if (this.closed || entry === undefined || this.exhausted.get(check.key) !== entry || !this.o.usable() || !this.o.retakeIfAsked!(check)) return;
+      if (this.live(check.key) !== undefined) {
+        this.exhausted.delete(check.key);
+        return;
+      }
+      // Requests meanwhile are still answered here (a regional round trip longer), rather than
+      // each going the ordinary way while the take that will answer them all is on its way.
+      entry.retaking = true;
+      void this.refill(check, size, undefined);
     }, Math.max(0, at - this.o.clock.now()));
     timer.unref();
     this.retakes.add(timer);
