@@ -63,6 +63,17 @@ interface Lease {
   resetAt: number;
 }
 
+interface Exhausted {
+  until: number;
+  retryAfterMs: number;
+  resetMs: number;
+  // With retakeIfAsked: what to take again once `until` has passed, and whether that take is
+  // under way (the key stays denied here until it answers).
+  check: LimitCheck;
+  size: number;
+  retaking?: boolean;
+}
+
 interface Reservation {
   lease: Lease;
   hits: number;
@@ -91,8 +102,7 @@ export class LeaseStage extends Stage {
   private readonly taking = new Map<string, Promise<void>>();
   // Keys whose last take came back empty: denied here until units may be back (a lease TTL at
   // most, since units other replicas hold return within it), so a burst costs Redis one take.
-  // `retaking`: its background retake is under way; the key stays denied here until it answers.
-  private readonly exhausted = new Map<string, { until: number; retryAfterMs: number; resetMs: number; retaking?: boolean }>();
+  private readonly exhausted = new Map<string, Exhausted>();
   private readonly sweeper: NodeJS.Timeout;
   private readonly retakes = new Set<NodeJS.Timeout>();
   private closed = false;
@@ -233,7 +243,7 @@ export class LeaseStage extends Stage {
     for (const c of checks) {
       if (c.mode !== 'enforce' || c.hits <= 0 || !this.isExhausted(c.key, now)) return undefined;
       const e = this.exhausted.get(c.key)!;
-      denials.push({ resetMs: Math.max(0, e.resetMs), retryAfterMs: Math.min(e.retryAfterMs, Math.max(0, e.until - now)) });
+      denials.push({ resetMs: Math.max(0, e.resetMs), retryAfterMs: Math.min(e.retryAfterMs, Math.max(1, e.until - now)) });
     }
     if (denials.length === 0) return undefined;
     this.o.events.overLimitCacheHit();
@@ -244,6 +254,9 @@ export class LeaseStage extends Stage {
     const e = this.exhausted.get(key);
     if (e === undefined) return false;
     if (e.until > now || (e.retaking === true && this.taking.has(key))) return true;
+    // Asked for as its denial period ends: the request that finds it so starts the retake (unless
+    // the timer did) and is answered here, rather than going the ordinary way as well.
+    if (e.retaking !== true && this.o.retakeIfAsked !== undefined && this.retake(e)) return true;
     this.exhausted.delete(key);
     return false;
   }
@@ -332,7 +345,7 @@ export class LeaseStage extends Stage {
       if (this.exhausted.size >= MAX_TRACKED) this.exhausted.clear();
       const retryAfterMs = Math.max(grant.retryAfterMs, this.o.exhaustedMinMs?.() ?? 0);
       const until = now + Math.min(retryAfterMs, this.o.exhaustedMaxMs ?? this.o.ttlMs);
-      this.exhausted.set(check.key, { until, retryAfterMs, resetMs: grant.resetMs });
+      this.exhausted.set(check.key, { until, retryAfterMs, resetMs: grant.resetMs, check, size });
       if (this.o.retakeIfAsked !== undefined) this.retakeAt(check, size, until);
       return;
     }
@@ -381,18 +394,20 @@ export class LeaseStage extends Stage {
     const entry = this.exhausted.get(check.key);
     const timer = setTimeout(() => {
       this.retakes.delete(timer);
-      if (this.closed || entry === undefined || this.exhausted.get(check.key) !== entry || !this.o.usable() || !this.o.retakeIfAsked!(check)) return;
-      if (this.live(check.key) !== undefined) {
-        this.exhausted.delete(check.key);
-        return;
-      }
-      // Requests meanwhile are still answered here (a regional round trip longer), rather than
-      // each going the ordinary way while the take that will answer them all is on its way.
-      entry.retaking = true;
-      void this.refill(check, size, undefined);
+      if (entry === undefined || this.exhausted.get(check.key) !== entry || entry.retaking === true || !this.o.retakeIfAsked!(check)) return;
+      if (!this.retake(entry)) this.exhausted.delete(check.key);
     }, Math.max(0, at - this.o.clock.now()));
     timer.unref();
     this.retakes.add(timer);
+  }
+
+  // Starts the take of an exhausted key whose denial period is over; true when it is under way
+  // (requests meanwhile are still answered here, a regional round trip longer).
+  private retake(entry: Exhausted): boolean {
+    if (this.closed || !this.o.usable() || this.live(entry.check.key) !== undefined) return false;
+    entry.retaking = true;
+    void this.refill(entry.check, entry.size, undefined);
+    return this.taking.has(entry.check.key);
   }
 
   // Every sweep: leases past their end give back what they hold. One that served a request within
