@@ -312,8 +312,9 @@ export class RegionalStore implements Store, SharedOps {
   }
 
   // After a denial: a key the region holds no allowance of gets one now, and a dry allowance the
-  // units on their way, if the caller's deadline leaves time for the global round trip; while cut off, a key whose allowance is
-  // spent goes to the partition policy. True when deciding again may change the answer.
+  // units on their way, if the caller's deadline leaves time for the global round trip; while cut
+  // off, a key whose allowance is spent goes to the partition policy. True when deciding again may
+  // change the answer.
   private async repair(
     checks: readonly LimitCheck[],
     routes: readonly Route[],

@@ -72,6 +72,9 @@ interface Exhausted {
   check: LimitCheck;
   size: number;
   retaking?: boolean;
+  // Local time after which a retake that has not answered no longer keeps the key denied (a
+  // regional Redis that stopped answering is for the ordinary way, its deadline and fallback).
+  retakeUntil?: number;
 }
 
 interface Reservation {
@@ -81,6 +84,9 @@ interface Reservation {
 
 const HOT_FOR_MS = 10_000;
 const SWEEP_MS = 100;
+// A key stays denied here at most this long past its denial period while its retake is under
+// way (a regional round trip, normally), ms.
+const RETAKE_WAIT_MS = 100;
 const MAX_TRACKED = 10_000;
 
 function isWindow(c: LimitCheck): boolean {
@@ -253,7 +259,7 @@ export class LeaseStage extends Stage {
   private isExhausted(key: string, now: number): boolean {
     const e = this.exhausted.get(key);
     if (e === undefined) return false;
-    if (e.until > now || (e.retaking === true && this.taking.has(key))) return true;
+    if (e.until > now || (e.retaking === true && this.taking.has(key) && now < (e.retakeUntil ?? 0))) return true;
     // Asked for as its denial period ends: the request that finds it so starts the retake (unless
     // the timer did) and is answered here, rather than going the ordinary way as well.
     if (e.retaking !== true && this.o.retakeIfAsked !== undefined && this.retake(e)) return true;
@@ -406,6 +412,7 @@ export class LeaseStage extends Stage {
   private retake(entry: Exhausted): boolean {
     if (this.closed || !this.o.usable() || this.live(entry.check.key) !== undefined) return false;
     entry.retaking = true;
+    entry.retakeUntil = this.o.clock.now() + RETAKE_WAIT_MS;
     void this.refill(entry.check, entry.size, undefined);
     return this.taking.has(entry.check.key);
   }
