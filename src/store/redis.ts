@@ -286,9 +286,8 @@ export class RedisStore implements Store, SharedOps {
     await this.inBatches(entries, (batch) => this.refundBatch(batch));
   }
 
-  // Takes up to `units` of a limit's budget (lua/lease.lua); with `demand`, at most the region's
-  // share of what remains (multi-region).
-  // `demand`: a region leasing from the global budget; `maxShare`: at most this share of what
+  // Takes up to `units` of a limit's budget (lua/lease.lua). `demand`: a region leasing from the
+  // global budget, at most its share of what remains; `maxShare`: at most this share of what
   // remains (a replica leasing from its region's allowance), and at least `atLeast` or nothing.
   async lease(spec: LimitSpec & { key: string }, units: number, demand?: RegionDemand, maxShare?: number, atLeast = 1): Promise<LeaseGrant> {
     const args: Arg[] = [spec.key, this.time(), luaAlgorithm(spec, this.windows), spec.limit, spec.periodMs, spec.burst, units];

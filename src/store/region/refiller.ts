@@ -40,6 +40,13 @@ const CREDIT_TRAVEL_MS = 5;
 
 export type RefillResult = 'credited' | 'busy' | 'failed';
 
+// Units covering a demand of `ratePerS` over `horizonMs`: at least one request's hits, at most
+// what the limit holds (a region's lease of the global budget, a replica's of the allowance).
+export function unitsOver(check: LimitCheck, ratePerS: number, horizonMs: number): number {
+  const capacity = isWindow(check) ? check.limit : Math.max(check.burst, 1);
+  return Math.max(1, check.hits, Math.min(capacity, Math.ceil((ratePerS * horizonMs) / 1000)));
+}
+
 interface Demand {
   second: number;
   count: number;
@@ -106,9 +113,7 @@ export class Refiller {
 
   // Units a lease asks for: the region's demand over the horizon, within what the limit holds.
   size(check: LimitCheck): number {
-    const capacity = isWindow(check) ? check.limit : Math.max(check.burst, 1);
-    const wanted = Math.ceil((this.regionRate(check.key) * this.o.horizonMs) / 1000);
-    return Math.max(1, check.hits, Math.min(capacity, wanted));
+    return unitsOver(check, this.regionRate(check.key), this.o.horizonMs);
   }
 
   // The last lease size asked for, per key (metrics).

@@ -10,7 +10,7 @@ import { PartitionDebt } from './debt';
 import type { RegionEvents } from './events';
 import type { GlobalLink } from './global-link';
 import { isWindow, type RegionKeys } from './keys';
-import { LOW_WATER, type Refiller } from './refiller';
+import { LOW_WATER, type Refiller, unitsOver } from './refiller';
 
 export interface RegionalStoreOptions {
   region: string;
@@ -191,9 +191,7 @@ export class RegionalStore implements Store, SharedOps {
   // leases, every decision on the regional Redis.
   replicaLeaseSize(check: LimitCheck): number {
     if (this.o.replicaHorizonMs <= 0) return 0;
-    const capacity = isWindow(check) ? check.limit : Math.max(check.burst, 1);
-    const wanted = Math.ceil((this.refiller.replicaRate(check.key) * this.o.replicaHorizonMs) / 1000);
-    return Math.max(check.hits, Math.min(capacity, wanted));
+    return unitsOver(check, this.refiller.replicaRate(check.key), this.o.replicaHorizonMs);
   }
 
   // SharedOps for the stages above: on the region's allowances. A replica's lease takes units from

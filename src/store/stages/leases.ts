@@ -52,8 +52,6 @@ interface Lease {
   windowStartMs?: number;
   // Local time after which the lease serves nothing (its window's end or the TTL, whichever first).
   expiresAt: number;
-  // The TTL, not a window's end (or its allowance's), set expiresAt: a refill extends it.
-  ttlBound: boolean;
   // Local time its units' window (or regional allowance) ends, at the latest.
   endsAt: number;
   // Local time it last served a request.
@@ -67,13 +65,12 @@ interface Exhausted {
   until: number;
   retryAfterMs: number;
   resetMs: number;
-  // With retakeIfAsked: what to take again once `until` has passed, and whether that take is
-  // under way (the key stays denied here until it answers).
+  // With retakeIfAsked: what to take again once `until` has passed.
   check: LimitCheck;
   size: number;
-  retaking?: boolean;
-  // Local time after which a retake that has not answered no longer keeps the key denied (a
-  // regional Redis that stopped answering is for the ordinary way, its deadline and fallback).
+  // Set when that take has started: until this local time, while it is under way, the key stays
+  // denied here (a regional Redis that stopped answering is for the ordinary way, its deadline
+  // and fallback).
   retakeUntil?: number;
 }
 
@@ -259,10 +256,10 @@ export class LeaseStage extends Stage {
   private isExhausted(key: string, now: number): boolean {
     const e = this.exhausted.get(key);
     if (e === undefined) return false;
-    if (e.until > now || (e.retaking === true && this.taking.has(key) && now < (e.retakeUntil ?? 0))) return true;
+    if (e.until > now || (e.retakeUntil !== undefined && now < e.retakeUntil && this.taking.has(key))) return true;
     // Asked for as its denial period ends: the request that finds it so starts the retake (unless
     // the timer did) and is answered here, rather than going the ordinary way as well.
-    if (e.retaking !== true && this.o.retakeIfAsked !== undefined && this.retake(e)) return true;
+    if (e.retakeUntil === undefined && this.o.retakeIfAsked !== undefined && this.retake(e)) return true;
     this.exhausted.delete(key);
     return false;
   }
@@ -351,8 +348,9 @@ export class LeaseStage extends Stage {
       if (this.exhausted.size >= MAX_TRACKED) this.exhausted.clear();
       const retryAfterMs = Math.max(grant.retryAfterMs, this.o.exhaustedMinMs?.() ?? 0);
       const until = now + Math.min(retryAfterMs, this.o.exhaustedMaxMs ?? this.o.ttlMs);
-      this.exhausted.set(check.key, { until, retryAfterMs, resetMs: grant.resetMs, check, size });
-      if (this.o.retakeIfAsked !== undefined) this.retakeAt(check, size, until);
+      const entry: Exhausted = { until, retryAfterMs, resetMs: grant.resetMs, check, size };
+      this.exhausted.set(check.key, entry);
+      if (this.o.retakeIfAsked !== undefined) this.retakeAt(entry);
       return;
     }
     this.exhausted.delete(check.key);
@@ -371,7 +369,6 @@ export class LeaseStage extends Stage {
       // or its allowance's, which the region's refills move on), instead of giving back and taking
       // again every TTL, each time sending requests the ordinary way until the take lands.
       old.expiresAt = Math.max(old.expiresAt, expiresAt);
-      old.ttlBound = this.o.ttlMs < lifeMs;
       old.endsAt = Math.max(old.endsAt, sentAt + lifeMs);
       old.available += grant.granted;
       old.remainingAtTake = grant.remaining;
@@ -386,7 +383,6 @@ export class LeaseStage extends Stage {
       takenAtMs: grant.takenAtMs,
       windowStartMs,
       expiresAt,
-      ttlBound: this.o.ttlMs < lifeMs,
       endsAt: sentAt + lifeMs,
       servedAt: now,
       remainingAtTake: grant.remaining,
@@ -394,15 +390,15 @@ export class LeaseStage extends Stage {
     });
   }
 
-  // At `at` (when units may be back after an empty take), takes again if the key is still
-  // asked for and nothing else took or cleared it meanwhile.
-  private retakeAt(check: LimitCheck, size: number, at: number): void {
-    const entry = this.exhausted.get(check.key);
+  // When the key's denial period ends (units may be back after an empty take), takes again if
+  // it is still asked for and nothing else took, cleared or retook it meanwhile.
+  private retakeAt(entry: Exhausted): void {
+    const key = entry.check.key;
     const timer = setTimeout(() => {
       this.retakes.delete(timer);
-      if (entry === undefined || this.exhausted.get(check.key) !== entry || entry.retaking === true || !this.o.retakeIfAsked!(check)) return;
-      if (!this.retake(entry)) this.exhausted.delete(check.key);
-    }, Math.max(0, at - this.o.clock.now()));
+      if (this.exhausted.get(key) !== entry || entry.retakeUntil !== undefined || !this.o.retakeIfAsked!(entry.check)) return;
+      if (!this.retake(entry)) this.exhausted.delete(key);
+    }, Math.max(0, entry.until - this.o.clock.now()));
     timer.unref();
     this.retakes.add(timer);
   }
@@ -411,7 +407,6 @@ export class LeaseStage extends Stage {
   // (requests meanwhile are still answered here, a regional round trip longer).
   private retake(entry: Exhausted): boolean {
     if (this.closed || !this.o.usable() || this.live(entry.check.key) !== undefined) return false;
-    entry.retaking = true;
     entry.retakeUntil = this.o.clock.now() + RETAKE_WAIT_MS;
     void this.refill(entry.check, entry.size, undefined);
     return this.taking.has(entry.check.key);
