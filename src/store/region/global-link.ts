@@ -18,20 +18,25 @@ const FAILURES_FOR_PARTITION = 2;
 const PROBE_FIRST_MS = 250;
 const PROBE_MAX_MS = 2000;
 const CONNECT_POLL_MS = 10;
+// The global clock's estimate is kept from the shortest round trip seen for this long, ms.
+const OFFSET_KEEP_MS = 10_000;
 
 type GlobalOps = Pick<SharedOps, 'lease' | 'giveBack' | 'absorb' | 'probe'> & { connected(): boolean; close(): Promise<void> };
 
 // The region's link to the global Redis: every call bounded by GLOBAL_TIMEOUT, the round trip
-// measured (window leases end early by it), the global clock estimated from this process' clock
-// (reconciliation needs the window a hit fell in), and a partition declared after failures in a
+// measured (how far ahead a window's next window is leased, how long a request may wait), the
+// global clock estimated from this process' clock (a region's window edges, and the window a hit
+// fell in for reconciliation), and a partition declared after failures in a
 // row. While partitioned, a probe with jittered, growing backoff looks for the way back; no lease
 // is attempted meanwhile.
 export class GlobalLink {
   private failures = 0;
   private partitioned = false;
   private rttMs = 0;
-  // Global Redis time minus local time, ms, from the last answer.
+  // Global Redis time minus local time, ms, from the answer of the shortest recent round trip.
   private offsetMs: number | undefined;
+  private bestRttMs = Infinity;
+  private bestAt = 0;
   private probeTimer: NodeJS.Timeout | undefined;
   private probeDelayMs = PROBE_FIRST_MS;
   private closed = false;
@@ -82,8 +87,15 @@ export class GlobalLink {
     const now = this.o.clock.now();
     const rtt = now - sentAt;
     this.rttMs = this.rttMs === 0 ? rtt : this.rttMs * 0.8 + rtt * 0.2;
-    // The global Redis read its clock about half a round trip after the send.
-    this.offsetMs = globalMs - (sentAt + rtt / 2);
+    // The global Redis read its clock about half a round trip after the send: off by at most
+    // half the round trip, and by less the shorter it was. The shortest round trip of the last
+    // OFFSET_KEEP_MS gives the estimate (a delay on either way, or in this process, stretches a
+    // round trip; none shortens it); clocks drift far less than that in the meantime.
+    if (this.offsetMs === undefined || rtt <= this.bestRttMs || now - this.bestAt > OFFSET_KEEP_MS) {
+      this.offsetMs = globalMs - (sentAt + rtt / 2);
+      this.bestRttMs = rtt;
+      this.bestAt = now;
+    }
   }
 
   private async call<T>(operation: string, fn: () => Promise<T>): Promise<T> {
