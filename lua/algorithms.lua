@@ -46,14 +46,25 @@ end
 
 local fixed = {}
 
-local function fixed_count(state, start)
-  if state ~= nil and state[1] == start then return state[2] end
+-- A fixed window's state is { window start, count }, or, once a region leased units of the next
+-- window ahead of its start (lease.lua, multi-region mode), { window start, count, next window's
+-- count }: when the next window comes, that count is its own.
+local function fixed_count(state, start, period)
+  if state == nil then return 0 end
+  if state[1] == start then return state[2] end
+  if state[1] == start - period then return state[3] or 0 end
   return 0
+end
+
+-- The count of the window after the one starting at `start` (units leased ahead into it).
+local function fixed_ahead(state, start)
+  if state ~= nil and state[1] == start then return state[3] end
+  return nil
 end
 
 function fixed.view(state, s, now)
   local start = window_start(now, s.period)
-  local count = fixed_count(state, start)
+  local count = fixed_count(state, start, s.period)
   return math.max(0, s.limit - count), start + s.period - now, count
 end
 
@@ -61,30 +72,54 @@ end
 function fixed.decide(state, s, hits, now)
   local p, limit = s.period, s.limit
   local start = math.floor(now / p) * p
-  local count = 0
-  if state ~= nil and state[1] == start then count = state[2] end
-  if count + hits <= limit then return true, 0, { start, count + hits } end
+  local count, ahead = 0, nil
+  if state ~= nil then
+    local at = state[1]
+    if at == start then
+      count, ahead = state[2], state[3]
+    elseif at == start - p and state[3] ~= nil then
+      count = state[3]
+    end
+  end
+  if count + hits <= limit then return true, 0, { start, count + hits, ahead } end
   local retry = INF
   if hits <= limit then retry = start + p - now end
-  return false, retry, { start, count + hits }
+  return false, retry, { start, count + hits, ahead }
+end
+
+-- Leases `hits` of the window after the current one, before it starts: true and the new state, or
+-- false when that window has fewer left. Returns also what it has left after.
+function fixed.take_ahead(state, s, hits, now)
+  local start = window_start(now, s.period)
+  local count = fixed_count(state, start, s.period)
+  local ahead = fixed_ahead(state, start) or 0
+  local left = s.limit - ahead
+  if hits > left then return false, state, math.max(0, left) end
+  return true, { start, count, ahead + hits }, left - hits
 end
 
 -- A window's key lives until its window is of no more use (ttl), the same instant for every write
 -- within the window: such a write keeps the key's expiry (SET KEEPTTL), which costs Redis less
--- than setting it again. `before` is the state the write replaces (nil: none).
+-- than setting it again. `before` is the state the write replaces (nil: none). Units leased ahead
+-- keep the key through the next window.
 function fixed.same_expiry(before, nxt)
-  return before ~= nil and before[1] == nxt[1]
+  return before ~= nil and before[1] == nxt[1] and (before[3] == nil) == (nxt[3] == nil)
 end
 
 function fixed.ttl(state, s, now)
   local t = state[1] + s.period - now
+  if state[3] ~= nil then t = t + s.period end
   if t > 1 then return t end
   return 1
 end
 
 function fixed.refund(state, s, hits, decided_at, now)
-  if state[1] == window_start(decided_at, s.period) then
-    return { state[1], math.max(0, state[2] - hits) }
+  local at = window_start(decided_at, s.period)
+  if state[1] == at then
+    return { state[1], math.max(0, state[2] - hits), state[3] }
+  end
+  if state[3] ~= nil and state[1] + s.period == at then
+    return { state[1], state[2], math.max(0, state[3] - hits) }
   end
   return state
 end
@@ -97,7 +132,7 @@ end
 function fixed.absorb(state, s, hits, window, age, now)
   local start = window_start(now, s.period)
   if hits <= 0 or window == nil or window_start(window, s.period) ~= start then return state end
-  return { start, fixed_count(state, start) + hits }
+  return { start, fixed_count(state, start, s.period) + hits, fixed_ahead(state, start) }
 end
 
 local sliding = {}
@@ -300,8 +335,8 @@ function fixed.restore(state, s, remaining, at, now)
   local start = window_start(now, s.period)
   if window_start(at, s.period) ~= start then return state end
   local used = s.limit - remaining
-  if used <= fixed_count(state, start) then return state end
-  return { start, used }
+  if used <= fixed_count(state, start, s.period) then return state end
+  return { start, used, fixed_ahead(state, start) }
 end
 
 function sliding.restore(state, s, remaining, at, now)
@@ -373,7 +408,7 @@ local FIXED_TEXTS = {}
 
 function fixed.encode(state)
   local start, count = state[1], state[2]
-  if count >= 1 and count <= 16 and count % 1 == 0 then
+  if count >= 1 and count <= 16 and count % 1 == 0 and state[3] == nil then
     local made = FIXED_TEXTS[count]
     if made ~= nil and made.start == start then return made.text end
     local text = encode_state(state)
@@ -450,8 +485,9 @@ end
 -- spending units: all-or-nothing across a request's limits like any other counter; the global
 -- algorithm already ran when the units were leased. State { units, expires, global remaining,
 -- reset at, retry at, taken at }: times in this Redis' ms except `taken at` (the global Redis'
--- time of the last lease: its window). Written by credit.lua, taken back by reclaim.lua;
--- src/store/region/pool.ts mirrors view and decide.
+-- time of the last lease: its window). A fixed window's next window, leased ahead of its start,
+-- follows as { units, from, expires, taken at }: from `from` on, those are the allowance. Written by
+-- credit.lua, taken back by reclaim.lua; src/store/region/pool.ts mirrors decode, view and decide.
 local pool = {}
 
 local function pool_units(state, now)
@@ -460,7 +496,9 @@ local function pool_units(state, now)
 end
 
 local function pool_with(state, units)
-  return { units, state[2], state[3], state[4], state[5], state[6] }
+  local nxt = { units, state[2], state[3], state[4], state[5], state[6] }
+  if state[7] ~= nil then nxt[7], nxt[8], nxt[9], nxt[10] = state[7], state[8], state[9], state[10] end
+  return nxt
 end
 
 function pool.view(state, s, now)
@@ -478,11 +516,15 @@ function pool.decide(state, s, hits, now)
     if hits <= 0 then return true, 0, nil end
     return false, 1, nil
   end
-  return false, math.max(1, state[5] - now), nil
+  local at = state[5]
+  if state[8] ~= nil and state[8] < at then at = state[8] end
+  return false, math.max(1, at - now), nil
 end
 
 function pool.ttl(state, s, now)
-  return state[2] - now
+  local t = state[2]
+  if state[9] ~= nil and state[9] > t then t = state[9] end
+  return t - now
 end
 
 -- Units of a decision denied after all (another slot group said no) come back to the allowance.
@@ -502,10 +544,15 @@ function pool.restore(state, s, remaining, at, now)
   return state
 end
 
-function pool.decode(raw)
+-- The allowance at `now` (nil: as stored): the next window's, leased ahead, once it has begun
+-- (the global budget was not short for it: retry at 0).
+function pool.decode(raw, s, now)
   local state = {}
   for part in string.gmatch(raw, '[^:]+') do state[#state + 1] = tonumber(part) end
-  if #state ~= 6 then error('not a regional allowance: ' .. raw) end
+  if #state ~= 6 and #state ~= 10 then error('not a regional allowance: ' .. raw) end
+  if state[8] ~= nil and now ~= nil and now >= state[8] then
+    return { state[7], state[9], 0, state[9], 0, state[10] }
+  end
   return state
 end
 

@@ -18,6 +18,10 @@ ARGV[8]  window length in ms when the algorithm has windows ("" otherwise): unit
          window than the new lease's are not kept
 ARGV[9]  ms the refill lock is held for (no other replica of the region asks the global Redis
          before; 0 releases it)
+ARGV[10] optional, ms until the units become usable: a fixed window's next window, leased ahead of
+         its start (ARGV[3] counts from then). They are kept beside the current window's
+         allowance, which they replace when their window begins (algorithms.lua pool.decode), and
+         so are units of a later lease of that window that land before it begins here.
 
 Returns the units the allowance holds now. --]]
 
@@ -25,7 +29,7 @@ local now = now_ms(ARGV[1])
 local impl = ALGORITHMS.pool
 local raw = redis.call('GET', KEYS[1])
 local state = nil
-if raw then state = impl.decode(raw) end
+if raw then state = impl.decode(raw, nil, now) end
 local hold = math.floor(tonumber(ARGV[9]))
 local function keep_lock()
   if hold > 0 then
@@ -43,13 +47,31 @@ if tonumber(ARGV[3]) <= 0 then
 end
 local units = tonumber(ARGV[2])
 local taken = tonumber(ARGV[7])
-if state ~= nil and now < state[2] then
-  local period = tonumber(ARGV[8])
-  if period == nil or window_start(state[6], period) == window_start(taken, period) then
-    units = units + state[1]
-  end
-end
+local period = tonumber(ARGV[8])
+local from = tonumber(ARGV[10] or '') or 0
 local ttl = math.max(1, math.floor(tonumber(ARGV[3])))
+local function same_window(a, b)
+  return period == nil or window_start(a, period) == window_start(b, period)
+end
+local function store(nxt)
+  redis.call('SET', KEYS[1], impl.encode(nxt), 'PX', ttl_ms(impl.ttl(nxt, nil, now)))
+  keep_lock()
+end
+if state ~= nil and state[10] ~= nil and same_window(state[10], taken) then
+  state[7] = state[7] + units
+  store(state)
+  return state[7]
+end
+if from > 0 then
+  -- Nothing held yet: an allowance already spent, which the next window's replaces.
+  if state == nil then state = { 0, now, 0, now, 0, 0 } end
+  state[7], state[8], state[9], state[10] = units, now + from, now + from + ttl, taken
+  store(state)
+  return units
+end
+if state ~= nil and now < state[2] and same_window(state[6], taken) then
+  units = units + state[1]
+end
 local retry = tonumber(ARGV[6])
 if retry == nil or retry == INF then retry = tonumber(ARGV[5]) end
 -- Once these units are spent, no new ones land before the global budget has one and the region
@@ -60,6 +82,6 @@ local retry_at = now + math.min(ttl, math.max(retry, hold))
 -- finding these units spent may wait for the refill under way (RegionalStore.unitsComing).
 if hold <= 0 and tonumber(ARGV[2]) > 0 then retry_at = 0 end
 local nxt = { units, now + ttl, tonumber(ARGV[4]), now + tonumber(ARGV[5]), retry_at, taken }
-redis.call('SET', KEYS[1], impl.encode(nxt), 'PX', ttl)
-keep_lock()
+if state ~= nil and state[7] ~= nil then nxt[7], nxt[8], nxt[9], nxt[10] = state[7], state[8], state[9], state[10] end
+store(nxt)
 return units

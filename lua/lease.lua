@@ -14,6 +14,10 @@ ARGV[7..9]  with KEYS[2]: region, its demand in units per second, ms after which
          seen lately) of what remains, at least one unit: leases shrink as the budget runs out, so
          the last units are not stranded in a region that does not need them, and a region whose
          demand rises gets its share at its next lease.
+ARGV[10] with KEYS[2], optional: a fixed window's start (ms): units of that window only. The
+         window after the current one is leased ahead of its start (its count kept beside the
+         current one's: algorithms.lua fixed.take_ahead), so that a region has its units when it
+         begins; any other window than these two gets nothing.
 ARGV[7]  without KEYS[2], optional: at most this share of what remains, rounded up (a replica
          leasing from its region's allowance leaves the rest to the others, and to requests its
          lease cannot serve, while the region's refill is on the way).
@@ -30,7 +34,30 @@ local s = spec_from(ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 local wanted = tonumber(ARGV[6])
 local impl = s.impl
 local state = read_counter(KEYS[1], s, now)
-local remaining = impl.view(state, s, now)
+local ahead = false
+local target = nil
+if KEYS[2] ~= nil then target = tonumber(ARGV[10] or '') end
+if target ~= nil then
+  local start = window_start(now, s.period)
+  if target == start + s.period and (impl == ALGORITHMS.fixed_window or impl == ALGORITHMS.fixed_window_hash) then
+    ahead = true
+  elseif target ~= start then
+    return { 0, num(now), 0, num(start + s.period - now), num(math.max(1, target - now)) }
+  end
+end
+-- Units of the window starting at `target` leased so far: beside the current window's count, or
+-- in that window's hash (window hashes).
+local function taken_ahead()
+  if impl.windows then return tonumber(redis.call('HGET', window_hash(s, target), KEYS[1]) or '0') or 0 end
+  local _, _, left = impl.take_ahead(state, s, 0, now)
+  return s.limit - left
+end
+local remaining
+if ahead then
+  remaining = math.max(0, s.limit - taken_ahead())
+else
+  remaining = impl.view(state, s, now)
+end
 local grant = math.min(wanted, remaining)
 if KEYS[2] == nil and ARGV[7] ~= nil then
   grant = math.min(grant, math.ceil(remaining * tonumber(ARGV[7]) - 1e-6))
@@ -51,6 +78,20 @@ if KEYS[2] ~= nil and remaining > 0 then
   if total > rate and rate >= 0 then
     grant = math.min(grant, math.max(1, math.floor(remaining * rate / total + 1e-6)))
   end
+end
+if ahead then
+  local reset = target + s.period - now
+  if grant <= 0 then return { 0, num(now), num(remaining), num(reset), num(reset) } end
+  if impl.windows then
+    -- The hash's expiry as keep_window would set it; the current window's hash stays.
+    local h = window_hash(s, target)
+    redis.call('HSET', h, KEYS[1], string.format('%d', s.limit - remaining + grant))
+    if redis.call('PTTL', h) == -1 then redis.call('PEXPIRE', h, ttl_ms(target + 2 * s.period - now)) end
+  else
+    local _, nxt = impl.take_ahead(state, s, grant, now)
+    write_counter(KEYS[1], s, nxt, now)
+  end
+  return { grant, num(now), num(remaining - grant), num(reset), num(0) }
 end
 local retry = 0
 if grant > 0 then

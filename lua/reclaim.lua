@@ -14,7 +14,14 @@ Returns { units taken back (0 when none), the global Redis' time of its last lea
 local now = now_ms(ARGV[1])
 local raw = redis.call('GET', KEYS[1])
 if not raw then return { 0, 0 } end
-local state = ALGORITHMS.pool.decode(raw)
+local impl = ALGORITHMS.pool
+local state = impl.decode(raw, nil, now)
 if state[2] - now > tonumber(ARGV[2]) then return { 0, 0 } end
-redis.call('DEL', KEYS[1])
+if state[7] ~= nil then
+  -- The next window's units, leased ahead, stay.
+  local rest = { 0, state[2], state[3], state[4], state[5], state[6], state[7], state[8], state[9], state[10] }
+  redis.call('SET', KEYS[1], impl.encode(rest), 'PX', ttl_ms(impl.ttl(rest, nil, now)))
+else
+  redis.call('DEL', KEYS[1])
+end
 return { math.max(0, math.floor(state[1])), num(state[6]) }

@@ -407,6 +407,50 @@ describe('multi-region', () => {
     }
   });
 
+  test("fixed window: each window's units are leased ahead of its start, so none of its requests waits for the global Redis", async () => {
+    // A per-second window at half its limit: every request is admitted, and from the second window
+    // on, each begins with the units its region leased before it started (no request waits a
+    // round trip to the global Redis, which sluice_region_request_waits_total would count).
+    const [regional, global] = [await startRedis(), await startRedis()];
+    const link = await startDelayProxy({ targetPort: global.port, delayMs: DELAY_MS });
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-ahead-'));
+    const limit = 20;
+    fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: second, requests_per_unit: ${limit} }\n`);
+    const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${link.port}` });
+    const waits = async () => {
+      const line = (await (await app.http('/metrics')).text()).split('\n').find((l) => l.startsWith('sluice_region_request_waits_total{'));
+      assert.ok(line !== undefined, 'sluice_region_request_waits_total is exported');
+      return Number(line.split(' ').pop());
+    };
+    const call = () => callWithDeadline(app, { domain: 'mr', descriptors: [d(['tenant', 't1'])] }, 1000);
+    try {
+      await waitReady(app, 20_000);
+      // The first window's units are leased by its first request, which waits for them; so may
+      // the next window's first (its window's end may come too soon after that for a lease ahead).
+      await call();
+      const t0 = Math.ceil(Date.now() / 1000) * 1000 + 900;
+      const seconds = 6;
+      const before = new Promise<number>((resolve, reject) => setTimeout(() => waits().then(resolve, reject), t0 - Date.now()));
+      const answers: string[] = [];
+      // One request every 100 ms, half the limit: any denial would be a false one.
+      while (Date.now() < t0 + seconds * 1000) {
+        const next = Date.now() + 100;
+        answers.push((await call()).overallCode === 1 ? '+' : '-');
+        await new Promise((r) => setTimeout(r, Math.max(0, next - Date.now())));
+      }
+      assert.ok(answers.length >= seconds * 5, `${answers.length} requests in ${seconds} s`);
+      assert.equal(answers.join(''), '+'.repeat(answers.length));
+      assert.equal((await waits()) - (await before), 0, `requests that waited for the global Redis over ${seconds} window starts`);
+      // Units leased ahead count in their own window at the global Redis, never above the limit.
+      const count = await fixedWindowCount(global, 'sluice:{mr|tenant=t1}|fixed_window:1000', 1000);
+      assert.ok(count <= limit, `${count} units of this second's window taken`);
+    } finally {
+      await app.stop();
+      await link.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test("hot keys: replicas' own leases come out of the region's allowance, and the bound holds", async () => {
     const [regional, global] = [await startRedis(), await startRedis()];
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-hot-'));

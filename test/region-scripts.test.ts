@@ -130,6 +130,82 @@ describe('leases from the global budget, shared by demand', () => {
   });
 });
 
+describe("a fixed window's next window, leased ahead of its start", () => {
+  const W = 60_000;
+  // T0 is 20 s into its window; the next one starts at NEXT.
+  const NEXT = Math.floor(T0 / W) * W + W;
+  const spec = (key: string) => ({ key, algorithm: 'fixed_window' as const, limit: 100, periodMs: W, burst: 100 });
+  const demand = (key: string, windowStartMs?: number) => ({ key: `${key}:regions`, region: 'a', rate: 10, staleMs: 6000, windowStartMs });
+  const check = (key: string, hits = 1): LimitCheck => ({ ...spec(key), hits, mode: 'enforce' });
+
+  for (const layout of ['a key per counter', 'window hashes'] as const) {
+    test(`${layout}: the units count in the next window only, and go back to it`, async () => {
+      // A store of its own (its close() closes its client) for window hashes.
+      const own = layout === 'window hashes' ? new Redis({ port: node.port, host: '127.0.0.1' }) : undefined;
+      const store = own !== undefined ? new RedisStore({ clients: [own], cluster: false, events: silentEvents, keyPrefix: 'mrh:', explicitClock: clock, windowHashes: true }) : redis;
+      if (own !== undefined) await new Promise((resolve) => own.once('ready', resolve));
+      const key = `ahead-${layout.length}`;
+      try {
+        clock.set(NEXT - 300);
+        await store.decide([check(key, 30)], { countDeniedHits: false });
+        const ahead = await store.lease(spec(key), 80, demand(key, NEXT));
+        assert.equal(ahead.granted, 80);
+        assert.equal(ahead.remaining, 20, "what the next window has left");
+        // The current window's budget is untouched: 70 left, and its lease takes them.
+        assert.equal((await store.lease(spec(key), 100, demand(key, NEXT - W))).granted, 70);
+        // A window that is neither the current nor the next gets nothing.
+        assert.equal((await store.lease(spec(key), 5, demand(key, NEXT + W))).granted, 0);
+        clock.set(NEXT + 10);
+        const first = await store.decide([check(key, 21)], { countDeniedHits: false });
+        assert.equal(first.admitted, false, 'the next window began with the 80 leased ahead');
+        assert.equal((await store.decide([check(key, 20)], { countDeniedHits: false })).admitted, true);
+        // Units leased ahead and not used go back to their own window.
+        await store.giveBack(spec(key), 30, NEXT);
+        assert.equal((await store.decide([check(key, 30)], { countDeniedHits: false })).admitted, true);
+        assert.equal((await store.decide([check(key, 1)], { countDeniedHits: false })).admitted, false);
+      } finally {
+        clock.set(T0);
+        if (store !== redis) await store.close();
+      }
+    });
+  }
+
+  test("given back before their window begins, they leave the current window's count alone", async () => {
+    clock.set(NEXT - 300);
+    await redis.decide([check('ahead-back', 10)], { countDeniedHits: false });
+    await redis.lease(spec('ahead-back'), 50, demand('ahead-back', NEXT));
+    await redis.giveBack(spec('ahead-back'), 20, NEXT);
+    assert.equal((await redis.lease(spec('ahead-back'), 100, demand('ahead-back', NEXT))).granted, 70, 'the next window: 100 − 50 + 20');
+    assert.equal((await redis.lease(spec('ahead-back'), 100, demand('ahead-back', NEXT - W))).granted, 90, 'the current window: 100 − 10');
+    clock.set(T0);
+  });
+
+  test('the allowance: units credited ahead wait beside the current ones, and replace them when their window begins', async () => {
+    clock.set(T0);
+    // The current window's 5 units, its budget short (no refill for 2 s).
+    await credit('n1', 5, { windowMs: W, ttlMs: 2000, holdMs: 5000 });
+    assert.equal(await credit('n1', 40, { windowMs: W, ttlMs: 10_000, takenAtMs: NEXT, startsInMs: 1000 }), 40);
+    // A later lease of the next window that lands before it begins joins its units.
+    assert.equal(await credit('n1', 2, { windowMs: W, ttlMs: 10_000, takenAtMs: NEXT + 5 }), 42);
+    const now = await redis.decide([pool('n1', 5)], { countDeniedHits: false });
+    assert.equal(now.admitted, true);
+    assert.equal(now.outcomes[0].held, 0);
+    assert.equal(now.outcomes[0].pendingMs, 1000);
+    const dry = await redis.decide([pool('n1', 1)], { countDeniedHits: false });
+    assert.equal(dry.admitted, false);
+    assert.equal(dry.outcomes[0].retryAfterMs, 1000, 'until the next window begins');
+    // The current allowance taken back near its expiry: the next window's stays.
+    clock.advance(500);
+    assert.deepEqual(await redis.reclaim('n1', 2000), { units: 0, takenAtMs: T0 });
+    clock.advance(500);
+    const next = await redis.decide([pool('n1', 42)], { countDeniedHits: false });
+    assert.equal(next.admitted, true);
+    assert.equal(next.outcomes[0].pendingMs, undefined);
+    assert.ok((await client.pttl('n1')) > 9000, 'the key lives as long as the units leased ahead');
+    clock.set(T0);
+  });
+});
+
 describe("a region's debt to the global budget", () => {
   const bucket = { algorithm: 'token_bucket' as const, limit: 60, periodMs: 60_000, burst: 10 };
   const tokens = async (key: string) => Number((await client.get(key))!.split(':')[0]);

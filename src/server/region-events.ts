@@ -30,6 +30,12 @@ export function regionEvents(metrics: Metrics, logger: Logger, region: string): 
     labelNames: ['region', 'event'],
     registers,
   });
+  const waits = new Counter({
+    name: 'sluice_region_request_waits_total',
+    help: "Requests that waited for units from the global Redis: their key had no allowance in this region yet (a new key; a fixed window whose next window was not leased ahead), or a spent one with units on their way",
+    labelNames: ['region'],
+    registers,
+  });
   new Gauge({
     name: 'sluice_region_global_reachable',
     help: 'The global Redis answers this region (0 = partitioned: allowances, then the partition policy)',
@@ -70,6 +76,9 @@ export function regionEvents(metrics: Metrics, logger: Logger, region: string): 
     },
     returned(n) {
       units.inc({ region, event: 'returned' }, n);
+    },
+    waited() {
+      waits.inc(labels);
     },
     overshoot(n) {
       units.inc({ region, event: 'overshoot' }, n);

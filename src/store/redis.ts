@@ -5,7 +5,7 @@ import { ALGORITHM_IMPLS, type AlgorithmImpl, type LimitSpec, specOf, type State
 import { windowStart } from '../limiter/algorithms/types';
 import { admits } from '../limiter/policy';
 import type { StoreEvents } from './events';
-import { poolAmple, poolImpl, poolUnits } from './region/pool';
+import { poolAmple, poolImpl, poolPendingMs, poolUnits } from './region/pool';
 import { RefundQueue, type RefundQueueOptions } from './refund-queue';
 import { encodeCall, WireCommand } from './resp';
 import { loadScripts, type ScriptName, type Scripts } from './scripts';
@@ -292,7 +292,7 @@ export class RedisStore implements Store, SharedOps {
   async lease(spec: LimitSpec & { key: string }, units: number, demand?: RegionDemand, maxShare?: number, atLeast = 1): Promise<LeaseGrant> {
     const args: Arg[] = [spec.key, this.time(), luaAlgorithm(spec, this.windows), spec.limit, spec.periodMs, spec.burst, units];
     if (demand !== undefined) args.splice(1, 0, demand.key);
-    if (demand !== undefined) args.push(demand.region, demand.rate, demand.staleMs);
+    if (demand !== undefined) args.push(demand.region, demand.rate, demand.staleMs, demand.windowStartMs ?? '');
     else if (maxShare !== undefined) args.push(maxShare, atLeast);
     const r = (await this.run('lease', 'lease', demand === undefined ? 1 : 2, args)) as unknown[];
     const grant: LeaseGrant = { granted: Number(r[0]), takenAtMs: Number(r[1]), remaining: num(r[2]), resetMs: num(r[3]), retryAfterMs: num(r[4]) };
@@ -309,7 +309,7 @@ export class RedisStore implements Store, SharedOps {
   // Adds leased units to a regional allowance and holds (or releases) the region's refill lock
   // (lua/credit.lua). Returns the units it holds now.
   async credit(c: AllowanceCredit): Promise<number> {
-    const args: Arg[] = [c.key, c.lockKey, this.time(), c.units, c.ttlMs, c.globalRemaining, c.globalResetMs, c.globalRetryMs === Infinity ? 'inf' : c.globalRetryMs, c.takenAtMs, c.windowMs ?? '', c.holdMs];
+    const args: Arg[] = [c.key, c.lockKey, this.time(), c.units, c.ttlMs, c.globalRemaining, c.globalResetMs, c.globalRetryMs === Infinity ? 'inf' : c.globalRetryMs, c.takenAtMs, c.windowMs ?? '', c.holdMs, c.startsInMs ?? ''];
     return Number(await this.run('credit', 'credit', 2, args));
   }
 
@@ -752,7 +752,9 @@ function outcomeFrom(c: LimitCheck, flags: number, raw: unknown, now: number, be
   };
   if (c.layout === 'pool') {
     outcome.held = state === undefined ? undefined : poolUnits(consumed ? verdict.next : state, now);
-    outcome.ample = state !== undefined && poolAmple(state);
+    outcome.ample = state !== undefined && poolAmple(state, now);
+    const pending = state === undefined ? undefined : poolPendingMs(state, now);
+    if (pending !== undefined) outcome.pendingMs = pending;
   }
   return outcome;
 }

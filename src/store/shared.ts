@@ -59,6 +59,9 @@ export interface RegionDemand {
   rate: number;
   // A region not heard of for this long no longer counts.
   staleMs: number;
+  // A fixed window's start (global Redis ms): units of that window only; the window after the
+  // current one is leased ahead of its start (lua/lease.lua ARGV[10]).
+  windowStartMs?: number;
 }
 
 // Units leased from the global budget, to put into a regional allowance (lua/credit.lua).
@@ -74,6 +77,8 @@ export interface AllowanceCredit {
   // Window algorithms: the window length (units of another window are not kept).
   windowMs?: number;
   holdMs: number;
+  // Units of a window that has not begun (leased ahead): usable from this many ms on.
+  startsInMs?: number;
 }
 
 export interface SharedOps {

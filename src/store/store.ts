@@ -29,6 +29,8 @@ export interface LimitOutcome {
   held?: number;
   // ... and its last refill brought all it asked for (the global budget is not short).
   ample?: boolean;
+  // ... and ms until units of the next window, leased ahead, begin (none: undefined).
+  pendingMs?: number;
   // Answered from the over-limit cache, without asking the store (upstream's
   // over_limit_with_local_cache).
   fromLocalCache?: boolean;

@@ -8,6 +8,9 @@ export interface RegionEvents {
   leased(units: number, size: number): void;
   // Unused units given back to the global budget.
   returned(units: number): void;
+  // A request waited for units from the global Redis (its key had no allowance in the region yet,
+  // or a spent one with units on their way).
+  waited(): void;
   // Hits admitted while partitioned beyond what the region held (policy allow or a share).
   overshoot(hits: number): void;
   // Hits admitted while partitioned, written into the global budget after it came back.
@@ -19,6 +22,7 @@ export const silentRegionEvents: RegionEvents = {
   globalReachable() {},
   leased() {},
   returned() {},
+  waited() {},
   overshoot() {},
   reconciled() {},
 };

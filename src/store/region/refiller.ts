@@ -35,8 +35,14 @@ const SWEEP_MS = 250;
 // After a claim lost to another replica of the region, ask again no sooner than this, ms.
 const BUSY_BACKOFF_MS = 50;
 const MAX_TRACKED = 100_000;
-// Kept off a window allowance's life for the credit to reach the regional Redis, ms.
+// Kept off a window allowance's life for the credit to reach the regional Redis, ms; and the next
+// window's units, leased ahead, begin as much after the window's start as estimated here: a margin
+// for the estimate on either side of the edge.
 const CREDIT_TRAVEL_MS = 5;
+// A fixed window's next window is leased this many round trips before it starts (at least
+// AHEAD_MIN_MS, at most half a window ahead).
+const AHEAD_ROUND_TRIPS = 3;
+const AHEAD_MIN_MS = 500;
 
 export type RefillResult = 'credited' | 'busy' | 'failed';
 
@@ -66,6 +72,8 @@ export class Refiller {
   private readonly sizes = new Map<string, number>();
   // Allowances this replica credited with a TTL lease, to take back before they expire.
   private readonly expiring = new Map<string, { spec: LimitSpec & { key: string }; expiresAt: number }>();
+  // The window (its start, global Redis ms) each key was last leased ahead for, from this replica.
+  private readonly aheadFor = new Map<string, number>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(
@@ -139,8 +147,47 @@ export class Refiller {
     return p;
   }
 
+  // A fixed window's next window is leased ahead of its start, so that the region holds its units
+  // when it begins and no request waits for the global Redis then: when this replica sees demand
+  // for the key within a few round trips of the window's end (the global Redis' clock as estimated
+  // here), and no other replica of the region did it for that window (a lock).
+  ahead(check: LimitCheck): void {
+    if (check.algorithm !== 'fixed_window' || check.hits <= 0 || !this.link.reachable) return;
+    const globalNow = this.link.globalNow();
+    if (globalNow === undefined) return;
+    const next = windowStart(globalNow, check.periodMs) + check.periodMs;
+    const lead = Math.min(check.periodMs / 2, Math.max(AHEAD_MIN_MS, AHEAD_ROUND_TRIPS * this.link.roundTripMs));
+    if (next - globalNow > lead || this.aheadFor.get(check.key) === next) return;
+    if (this.aheadFor.size >= MAX_TRACKED) this.aheadFor.clear();
+    this.aheadFor.set(check.key, next);
+    void this.takeAhead(check, next, next - globalNow).catch(() => undefined);
+  }
+
   close(): void {
     clearInterval(this.sweeper);
+  }
+
+  private async takeAhead(check: LimitCheck, next: number, leftMs: number): Promise<void> {
+    const lock = this.keys.aheadLock(check.key);
+    // Held into the next window, well before the one after it is leased ahead.
+    const holdMs = leftMs + Math.min(check.periodMs / 4, this.o.timeoutMs + 100);
+    if (!(await this.regional.claim(lock, holdMs))) return;
+    const size = this.size(check);
+    const spec = { key: check.key, ...specOf(check) };
+    const sentAt = this.o.clock.now();
+    const grant = await this.link.lease(spec, size, { key: this.keys.demand(check.key), region: this.o.region, rate: this.regionRate(check.key), staleMs: 3 * this.o.horizonMs, windowStartMs: next });
+    if (grant.granted <= 0) return;
+    const base = { key: this.keys.pool(check.key), lockKey: lock, units: grant.granted, globalRemaining: grant.remaining, globalResetMs: grant.resetMs, globalRetryMs: grant.retryAfterMs, windowMs: check.periodMs };
+    const keepLock = Math.max(1, holdMs - (this.o.clock.now() - sentAt));
+    // Taken ahead (the global Redis' clock still in the window before), or, when the window had
+    // begun there, units of the current window.
+    const ahead = grant.takenAtMs < next;
+    const globalNow = this.link.globalNow() ?? grant.takenAtMs;
+    const startsIn = ahead ? Math.max(1, next - globalNow + CREDIT_TRAVEL_MS) : 0;
+    const ttlMs = ahead ? Math.min(this.o.leaseTtlMs, Math.floor(next + check.periodMs - globalNow - CREDIT_TRAVEL_MS - startsIn)) : this.ttlFor(check, grant);
+    await this.regional.credit({ ...base, ttlMs, takenAtMs: ahead ? next : grant.takenAtMs, holdMs: keepLock, startsInMs: ahead ? startsIn : undefined });
+    this.o.events.leased(grant.granted, size);
+    if (ttlMs >= this.o.leaseTtlMs) this.expiring.set(base.key, { spec, expiresAt: this.o.clock.now() + startsIn + ttlMs });
   }
 
   private async take(check: LimitCheck, held: number | undefined): Promise<RefillResult> {
@@ -155,14 +202,13 @@ export class Refiller {
     const wanted = Math.max(1, size - Math.max(0, held ?? 0));
     const spec = { key: check.key, ...specOf(check) };
     let grant: LeaseGrant;
-    const sentAt = this.o.clock.now();
     try {
       grant = await this.link.lease(spec, wanted, { key: this.keys.demand(check.key), region: this.o.region, rate: this.regionRate(check.key), staleMs: 3 * this.o.horizonMs });
     } catch {
       // The lock, left to expire, is the region's backoff.
       return 'failed';
     }
-    const ttlMs = this.ttlFor(check, grant, sentAt);
+    const ttlMs = this.ttlFor(check, grant);
     // A window's hold ends soon after it: the next window's first lease must not wait, and a lease
     // sent earlier would reach the global Redis while the old window still runs there.
     const holdMs = isWindow(check) ? Math.max(0, Math.min(ttlMs + this.link.roundTripMs + 2 * CREDIT_TRAVEL_MS, this.holdFor(check, grant, wanted))) : this.holdFor(check, grant, wanted);
@@ -186,14 +232,14 @@ export class Refiller {
     return 'credited';
   }
 
-  // A window lease ends with its window; others after the lease TTL. The global Redis took the
-  // units at takenAtMs, no earlier than the lease was sent: the window's rest counted from the send
-  // (everything since, the round trip and this process' own delays included, is taken off) ends the
-  // allowance no later than the window, whatever this process' event loop did meanwhile.
-  private ttlFor(check: LimitCheck, grant: LeaseGrant, sentAt: number): number {
+  // A window lease ends with its window; others after the lease TTL. The window's end is the global
+  // Redis' clock's, as estimated here (GlobalLink.globalNow: the last lease's round trip, halved),
+  // the same estimate by which the next window's units, leased ahead, begin: a region's windows
+  // are the global ones, shifted by that estimate's error (docs/multi-region.md).
+  private ttlFor(check: LimitCheck, grant: LeaseGrant): number {
     if (!isWindow(check)) return this.o.leaseTtlMs;
-    const windowLeft = windowStart(grant.takenAtMs, check.periodMs) + check.periodMs - grant.takenAtMs;
-    const left = windowLeft - (this.o.clock.now() - sentAt) - CREDIT_TRAVEL_MS;
+    const windowEnd = windowStart(grant.takenAtMs, check.periodMs) + check.periodMs;
+    const left = windowEnd - (this.link.globalNow() ?? grant.takenAtMs) - CREDIT_TRAVEL_MS;
     // 0 or less: the window ended while the lease travelled; credit.lua drops its units.
     return Math.min(this.o.leaseTtlMs, Math.floor(left));
   }

@@ -37,6 +37,9 @@ const REPLICA_TAKE_SHARE = 0.5;
 const COLD_WAIT_SLACK_MS = 20;
 // Kept back from the caller's budget for the decision after a wait for the global Redis, ms.
 const REDECIDE_MS = 20;
+// A request denied for want of units that the next window's allowance, leased ahead, brings within
+// this many ms waits for them (the margin between a window's allowance and the next: Refiller).
+const PENDING_WAIT_MS = 15;
 
 // The regional Redis in multi-region mode (docs/multi-region.md), as the bottom of the Redis stack:
 // every limit is decided against the region's allowance in the regional Redis, in one script as
@@ -178,7 +181,11 @@ export class RegionalStore implements Store, SharedOps {
   // Counts a request's hits as the region's demand, whoever answers it (the stages above answer
   // from leases and remembered denials): the stack calls this for every request.
   note(checks: readonly LimitCheck[]): void {
-    for (const c of checks) if (c.hits > 0) this.refiller.note(c);
+    for (const c of checks) {
+      if (c.hits <= 0) continue;
+      this.refiller.note(c);
+      this.refiller.ahead(c);
+    }
   }
 
   // Has this replica seen requests for `check` lately?
@@ -322,6 +329,13 @@ export class RegionalStore implements Store, SharedOps {
   ): Promise<boolean> {
     const short = checks.map((_, i) => i).filter((i) => routes[i] === 'pool' && checks[i].hits > 0 && !outcomes[i].allowed);
     if (short.length === 0) return false;
+    // Units of the next window, leased ahead, about to begin here: worth a wait, with no call.
+    const pending = short.map((i) => outcomes[i].pendingMs ?? Infinity);
+    const soonest = Math.max(...pending);
+    if (soonest <= PENDING_WAIT_MS && soonest < until - this.o.clock.now()) {
+      await sleep(soonest);
+      return true;
+    }
     if (!this.link.reachable) {
       const policy = this.policyFor(options.domain);
       if (policy.kind === 'deny') return false;
@@ -343,6 +357,7 @@ export class RegionalStore implements Store, SharedOps {
     // and the caller is better served by a denial now than by one at its deadline.
     const rtt = this.link.roundTripMs;
     const wait = rtt > 0 ? Math.min(budget, 3 * rtt + COLD_WAIT_SLACK_MS) : budget;
+    this.o.events.waited();
     const results = await settledWithin(Promise.all(waitable.map(refill)), wait);
     if (results === undefined) return false;
     // Busy: another replica of the region is leasing it (or, for a dry allowance, the region is
