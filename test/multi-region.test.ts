@@ -451,6 +451,41 @@ describe('multi-region', () => {
     }
   });
 
+  test("fixed window: a window's spent budget is answered in the region until the window ends, with no wait", async () => {
+    // GLOBAL_LEASE_TTL 3 s, far shorter than the minute's window: the spent allowance must outlive
+    // it, or every few seconds a request would find none and wait a round trip for an empty lease.
+    const [regional, global] = [await startRedis(), await startRedis()];
+    const link = await startDelayProxy({ targetPort: global.port, delayMs: DELAY_MS });
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-spent-'));
+    const limit = 10;
+    fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: minute, requests_per_unit: ${limit} }\n`);
+    const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${link.port}`, globalLeaseTtlMs: 3000 });
+    const waits = async () => {
+      const line = (await (await app.http('/metrics')).text()).split('\n').find((l) => l.startsWith('sluice_region_request_waits_total{'));
+      return Number(line?.split(' ').pop() ?? NaN);
+    };
+    const call = async () => ((await callWithDeadline(app, { domain: 'mr', descriptors: [d(['tenant', 't1'])] }, 1000)).overallCode === 1 ? '+' : '-');
+    try {
+      await waitReady(app, 20_000);
+      await awayFromWindowEdge(60_000, 15_000);
+      const spent: string[] = [];
+      for (let i = 0; i < limit + 1; i++) spent.push(await call());
+      assert.equal(spent.join(''), '+'.repeat(limit) + '-');
+      const before = await waits();
+      const denied: string[] = [];
+      for (const until = Date.now() + 7000; Date.now() < until; ) {
+        denied.push(await call());
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(denied.join(''), '-'.repeat(denied.length));
+      assert.equal((await waits()) - before, 0, 'requests that waited for the global Redis once the budget was spent');
+    } finally {
+      await app.stop();
+      await link.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test("hot keys: replicas' own leases come out of the region's allowance, and the bound holds", async () => {
     const [regional, global] = [await startRedis(), await startRedis()];
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-hot-'));

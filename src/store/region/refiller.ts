@@ -219,7 +219,9 @@ export class Refiller {
       ttlMs,
       globalRemaining: grant.remaining,
       globalResetMs: grant.resetMs,
-      globalRetryMs: grant.retryAfterMs,
+      // An empty window lease marks the allowance spent until its window ends, and asks again (in
+      // the background: units given back by other regions) after the hold.
+      globalRetryMs: isWindow(check) && grant.granted <= 0 ? Math.min(grant.retryAfterMs, holdMs) : grant.retryAfterMs,
       takenAtMs: grant.takenAtMs,
       windowMs: isWindow(check) ? check.periodMs : undefined,
       holdMs,
@@ -239,9 +241,11 @@ export class Refiller {
   private ttlFor(check: LimitCheck, grant: LeaseGrant): number {
     if (!isWindow(check)) return this.o.leaseTtlMs;
     const windowEnd = windowStart(grant.takenAtMs, check.periodMs) + check.periodMs;
-    const left = windowEnd - (this.link.globalNow() ?? grant.takenAtMs) - CREDIT_TRAVEL_MS;
-    // 0 or less: the window ended while the lease travelled; credit.lua drops its units.
-    return Math.min(this.o.leaseTtlMs, Math.floor(left));
+    const left = Math.floor(windowEnd - (this.link.globalNow() ?? grant.takenAtMs) - CREDIT_TRAVEL_MS);
+    // 0 or less: the window ended while the lease travelled; credit.lua drops its units. An empty
+    // lease (the window's budget spent) keeps the allowance, spent, until the window ends: were
+    // it to expire with the lease TTL, the next request would find none and wait for a lease.
+    return grant.granted > 0 ? Math.min(this.o.leaseTtlMs, left) : left;
   }
 
   // How long the region waits before asking again: not at all when it got what it asked for;
