@@ -107,6 +107,33 @@ function callWithDeadline(app: Running, request: Partial<RateLimitRequest>, dead
   );
 }
 
+// One replica of region a on its own regional redis-server, `delayMs` (each way) from a global
+// one, with one limit `tenant` (its rate_limit in YAML flow style): the single-replica tests.
+async function oneRegion(rateLimit: string, delayMs: number, settings: Overrides = {}) {
+  const [regional, global] = [await startRedis(), await startRedis()];
+  const link = await startDelayProxy({ targetPort: global.port, delayMs });
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-one-'));
+  fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: ${rateLimit}\n`);
+  const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${link.port}`, ...settings });
+  return {
+    global,
+    // '+' admitted, '-' denied.
+    call: async () => ((await callWithDeadline(app, { domain: 'mr', descriptors: [d(['tenant', 't1'])] }, 1000)).overallCode === 1 ? '+' : '-'),
+    // sluice_region_request_waits_total: requests that waited for the global Redis.
+    waits: async () => {
+      const line = (await (await app.http('/metrics')).text()).split('\n').find((l) => l.startsWith('sluice_region_request_waits_total{'));
+      assert.ok(line !== undefined, 'sluice_region_request_waits_total is exported');
+      return Number(line.split(' ').pop());
+    },
+    ready: () => waitReady(app, 20_000),
+    close: async () => {
+      await app.stop();
+      await link.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
 describe('multi-region', () => {
   test('fixed window, steady state: each window admits exactly the limit across both regions, few global calls', async () => {
     const deployment = await deploy('fixed_window');
@@ -383,27 +410,18 @@ describe('multi-region', () => {
     // Replica leases on (the default): a replica's lease and the region's allowance can both run
     // dry while the allowance's refill travels; with the global budget not short, the request
     // waits for those units (the caller's deadline allows) instead of being denied.
-    const [regional, global] = [await startRedis(), await startRedis()];
-    const link = await startDelayProxy({ targetPort: global.port, delayMs: 20 });
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-seq-'));
-    fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: ${LIMIT} }\n`);
-    const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${link.port}` });
+    const region = await oneRegion(`{ unit: hour, requests_per_unit: ${LIMIT} }`, 20);
     try {
-      await waitReady(app, 20_000);
+      await region.ready();
       await awayFromWindowEdge(3_600_000, 30_000);
       const answers: string[] = [];
-      for (let i = 0; i < LIMIT + 10; i++) {
-        const r = await callWithDeadline(app, { domain: 'mr', descriptors: [d(['tenant', 't1'])] }, 1000);
-        answers.push(r.overallCode === 1 ? '+' : '-');
-      }
+      for (let i = 0; i < LIMIT + 10; i++) answers.push(await region.call());
       // The budget's LIMIT units, each to the next caller, then denials.
       assert.equal(answers.join(''), '+'.repeat(LIMIT) + '-'.repeat(10));
-      const count = await fixedWindowCount(global, 'sluice:{mr|tenant=t1}|fixed_window:3600000', 3_600_000);
+      const count = await fixedWindowCount(region.global, 'sluice:{mr|tenant=t1}|fixed_window:3600000', 3_600_000);
       assert.equal(count, LIMIT);
     } finally {
-      await app.stop();
-      await link.close();
-      fs.rmSync(dir, { recursive: true, force: true });
+      await region.close();
     }
   });
 
@@ -411,78 +429,55 @@ describe('multi-region', () => {
     // A per-second window at half its limit: every request is admitted, and from the second window
     // on, each begins with the units its region leased before it started (no request waits a
     // round trip to the global Redis, which sluice_region_request_waits_total would count).
-    const [regional, global] = [await startRedis(), await startRedis()];
-    const link = await startDelayProxy({ targetPort: global.port, delayMs: DELAY_MS });
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-ahead-'));
     const limit = 20;
-    fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: second, requests_per_unit: ${limit} }\n`);
-    const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${link.port}` });
-    const waits = async () => {
-      const line = (await (await app.http('/metrics')).text()).split('\n').find((l) => l.startsWith('sluice_region_request_waits_total{'));
-      assert.ok(line !== undefined, 'sluice_region_request_waits_total is exported');
-      return Number(line.split(' ').pop());
-    };
-    const call = () => callWithDeadline(app, { domain: 'mr', descriptors: [d(['tenant', 't1'])] }, 1000);
+    const region = await oneRegion(`{ unit: second, requests_per_unit: ${limit} }`, DELAY_MS);
     try {
-      await waitReady(app, 20_000);
+      await region.ready();
       // The first window's units are leased by its first request, which waits for them; so may
       // the next window's first (its window's end may come too soon after that for a lease ahead).
-      await call();
+      await region.call();
       const t0 = Math.ceil(Date.now() / 1000) * 1000 + 900;
       const seconds = 6;
-      const before = new Promise<number>((resolve, reject) => setTimeout(() => waits().then(resolve, reject), t0 - Date.now()));
+      const before = new Promise<number>((resolve, reject) => setTimeout(() => region.waits().then(resolve, reject), t0 - Date.now()));
       const answers: string[] = [];
       // One request every 100 ms, half the limit: any denial would be a false one.
       while (Date.now() < t0 + seconds * 1000) {
         const next = Date.now() + 100;
-        answers.push((await call()).overallCode === 1 ? '+' : '-');
+        answers.push(await region.call());
         await new Promise((r) => setTimeout(r, Math.max(0, next - Date.now())));
       }
       assert.ok(answers.length >= seconds * 5, `${answers.length} requests in ${seconds} s`);
       assert.equal(answers.join(''), '+'.repeat(answers.length));
-      assert.equal((await waits()) - (await before), 0, `requests that waited for the global Redis over ${seconds} window starts`);
+      assert.equal((await region.waits()) - (await before), 0, `requests that waited for the global Redis over ${seconds} window starts`);
       // Units leased ahead count in their own window at the global Redis, never above the limit.
-      const count = await fixedWindowCount(global, 'sluice:{mr|tenant=t1}|fixed_window:1000', 1000);
+      const count = await fixedWindowCount(region.global, 'sluice:{mr|tenant=t1}|fixed_window:1000', 1000);
       assert.ok(count <= limit, `${count} units of this second's window taken`);
     } finally {
-      await app.stop();
-      await link.close();
-      fs.rmSync(dir, { recursive: true, force: true });
+      await region.close();
     }
   });
 
   test("fixed window: a window's spent budget is answered in the region until the window ends, with no wait", async () => {
     // GLOBAL_LEASE_TTL 3 s, far shorter than the minute's window: the spent allowance must outlive
     // it, or every few seconds a request would find none and wait a round trip for an empty lease.
-    const [regional, global] = [await startRedis(), await startRedis()];
-    const link = await startDelayProxy({ targetPort: global.port, delayMs: DELAY_MS });
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-spent-'));
     const limit = 10;
-    fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: minute, requests_per_unit: ${limit} }\n`);
-    const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${link.port}`, globalLeaseTtlMs: 3000 });
-    const waits = async () => {
-      const line = (await (await app.http('/metrics')).text()).split('\n').find((l) => l.startsWith('sluice_region_request_waits_total{'));
-      return Number(line?.split(' ').pop() ?? NaN);
-    };
-    const call = async () => ((await callWithDeadline(app, { domain: 'mr', descriptors: [d(['tenant', 't1'])] }, 1000)).overallCode === 1 ? '+' : '-');
+    const region = await oneRegion(`{ unit: minute, requests_per_unit: ${limit} }`, DELAY_MS, { globalLeaseTtlMs: 3000 });
     try {
-      await waitReady(app, 20_000);
+      await region.ready();
       await awayFromWindowEdge(60_000, 15_000);
       const spent: string[] = [];
-      for (let i = 0; i < limit + 1; i++) spent.push(await call());
+      for (let i = 0; i < limit + 1; i++) spent.push(await region.call());
       assert.equal(spent.join(''), '+'.repeat(limit) + '-');
-      const before = await waits();
+      const before = await region.waits();
       const denied: string[] = [];
       for (const until = Date.now() + 7000; Date.now() < until; ) {
-        denied.push(await call());
+        denied.push(await region.call());
         await new Promise((r) => setTimeout(r, 100));
       }
       assert.equal(denied.join(''), '-'.repeat(denied.length));
-      assert.equal((await waits()) - before, 0, 'requests that waited for the global Redis once the budget was spent');
+      assert.equal((await region.waits()) - before, 0, 'requests that waited for the global Redis once the budget was spent');
     } finally {
-      await app.stop();
-      await link.close();
-      fs.rmSync(dir, { recursive: true, force: true });
+      await region.close();
     }
   });
 

@@ -82,12 +82,19 @@ describe('regional allowance (pool)', () => {
     assert.ok(ttl > 2000 && ttl <= 3000, `lock ttl ${ttl}`);
   });
 
-  test('reclaim takes back only an allowance about to expire, with the time of its lease', async () => {
+  test('reclaim takes back only an allowance about to expire and not spent, with the time of its lease', async () => {
     await credit('r1', 7, { ttlMs: 10_000, takenAtMs: T0 - 5 });
     assert.deepEqual(await redis.reclaim('r1', 1000), { units: 0, takenAtMs: 0 });
     clock.advance(9500);
     assert.deepEqual(await redis.reclaim('r1', 1000), { units: 7, takenAtMs: T0 - 5 });
     assert.equal(await client.exists('r1'), 0);
+    clock.set(T0);
+    // A spent allowance has nothing to give back: it stays, still saying so, until it expires.
+    await credit('r2', 3, { ttlMs: 10_000 });
+    assert.equal((await redis.decide([pool('r2', 3)], { countDeniedHits: false })).admitted, true);
+    clock.advance(9500);
+    assert.deepEqual(await redis.reclaim('r2', 1000), { units: 0, takenAtMs: 0 });
+    assert.equal((await redis.decide([pool('r2')], { countDeniedHits: false })).outcomes[0].held, 0);
     clock.set(T0);
   });
 
@@ -187,16 +194,16 @@ describe("a fixed window's next window, leased ahead of its start", () => {
     assert.equal(await credit('n1', 40, { windowMs: W, ttlMs: 10_000, takenAtMs: NEXT, startsInMs: 1000 }), 40);
     // A later lease of the next window that lands before it begins joins its units.
     assert.equal(await credit('n1', 2, { windowMs: W, ttlMs: 10_000, takenAtMs: NEXT + 5 }), 42);
-    const now = await redis.decide([pool('n1', 5)], { countDeniedHits: false });
+    const now = await redis.decide([pool('n1', 4)], { countDeniedHits: false });
     assert.equal(now.admitted, true);
-    assert.equal(now.outcomes[0].held, 0);
+    assert.equal(now.outcomes[0].held, 1);
     assert.equal(now.outcomes[0].pendingMs, 1000);
-    const dry = await redis.decide([pool('n1', 1)], { countDeniedHits: false });
+    const dry = await redis.decide([pool('n1', 2)], { countDeniedHits: false });
     assert.equal(dry.admitted, false);
     assert.equal(dry.outcomes[0].retryAfterMs, 1000, 'until the next window begins');
     // The current allowance taken back near its expiry: the next window's stays.
     clock.advance(500);
-    assert.deepEqual(await redis.reclaim('n1', 2000), { units: 0, takenAtMs: T0 });
+    assert.deepEqual(await redis.reclaim('n1', 2000), { units: 1, takenAtMs: T0 });
     clock.advance(500);
     const next = await redis.decide([pool('n1', 42)], { countDeniedHits: false });
     assert.equal(next.admitted, true);
