@@ -209,9 +209,7 @@ export class Refiller {
       return 'failed';
     }
     const ttlMs = this.ttlFor(check, grant);
-    // A window's hold ends soon after it: the next window's first lease must not wait, and a lease
-    // sent earlier would reach the global Redis while the old window still runs there.
-    const holdMs = isWindow(check) ? Math.max(0, Math.min(ttlMs + this.link.roundTripMs + 2 * CREDIT_TRAVEL_MS, this.holdFor(check, grant, wanted))) : this.holdFor(check, grant, wanted);
+    const holdMs = this.holdAfter(check, grant, wanted, ttlMs);
     await this.regional.credit({
       key: pool,
       lockKey: lock,
@@ -259,6 +257,18 @@ export class Refiller {
     const retry = Number.isFinite(grant.retryAfterMs) ? grant.retryAfterMs : this.o.leaseTtlMs;
     if (isWindow(check)) return Math.max(1, Math.min(this.o.leaseTtlMs, Math.ceil(retry)));
     return Math.round(Math.min(this.o.leaseTtlMs, Math.max(retry, this.o.horizonMs)) * jitter);
+  }
+
+  // A window's hold ends soon after it: the next window's first lease must not wait, and a lease
+  // sent earlier would reach the global Redis while the old window still runs there. A short
+  // budget's hold that would end in the window's last two round trips lasts to its end: a lease
+  // then would bring crumbs that the window ends before they are spent (the next window's units
+  // are leased ahead).
+  private holdAfter(check: LimitCheck, grant: LeaseGrant, wanted: number, ttlMs: number): number {
+    const hold = this.holdFor(check, grant, wanted);
+    if (!isWindow(check)) return hold;
+    const toEnd = Math.max(0, ttlMs + this.link.roundTripMs + 2 * CREDIT_TRAVEL_MS);
+    return hold > 0 && hold > ttlMs - 2 * this.link.roundTripMs ? toEnd : Math.min(toEnd, hold);
   }
 
   private backOff(key: string, ms: number): void {

@@ -329,11 +329,12 @@ export class RegionalStore implements Store, SharedOps {
   ): Promise<boolean> {
     const short = checks.map((_, i) => i).filter((i) => routes[i] === 'pool' && checks[i].hits > 0 && !outcomes[i].allowed);
     if (short.length === 0) return false;
-    // Units of the next window, leased ahead, about to begin here: worth a wait, with no call.
-    const pending = short.map((i) => outcomes[i].pendingMs ?? Infinity);
-    const soonest = Math.max(...pending);
-    if (soonest <= PENDING_WAIT_MS && soonest < until - this.o.clock.now()) {
-      await sleep(soonest);
+    // Units of the next window, leased ahead, about to begin here (for every limit short of
+    // units): worth a wait, with no call.
+    const pending = Math.max(...short.map((i) => outcomes[i].pendingMs ?? Infinity));
+    if (pending <= PENDING_WAIT_MS && pending < until - this.o.clock.now()) {
+      // Whole ms past it: a timer may fire up to a ms short of a fraction.
+      await sleep(Math.ceil(pending) + 1);
       return true;
     }
     if (!this.link.reachable) {
