@@ -2,7 +2,9 @@
 -- to each script before loading it). view and decide mirror src/limiter/algorithms/*.ts operation
 -- for operation, so that the Redis and memory stores give identical answers; a change here must be
 -- made there too (test/store-redis.test.ts runs one trace through both). refund and absorb exist
--- only here: only a shared store gives hits back or takes in a fallback's hits.
+-- only here: only a shared store gives hits back or takes in a fallback's hits; so does a fixed
+-- window's count of the next window (fixed.take_ahead), which only lease.lua writes, on the
+-- global Redis of multi-region mode, where no replica decides and nothing reads states back.
 --
 -- A state is a Lua array of numbers, stored as one string "a:b:c": integers (the windows' starts and
 -- counts) with %d, other numbers with %.17g so that doubles round-trip exactly. A limit spec is
