@@ -20,11 +20,12 @@ if state[2] - now > tonumber(ARGV[2]) then return { 0, 0 } end
 -- Spent: nothing to give back, and the allowance, kept until it expires, still says so (a refill
 -- meanwhile may extend it); deleted, it would send the key's next request to wait for a lease.
 if state[1] <= 0 then return { 0, 0 } end
+local back = { math.max(0, math.floor(state[1])), num(state[6]) }
 if state[7] ~= nil then
   -- The next window's units, leased ahead, stay.
-  local rest = { 0, state[2], state[3], state[4], state[5], state[6], state[7], state[8], state[9], state[10] }
-  redis.call('SET', KEYS[1], impl.encode(rest), 'PX', ttl_ms(impl.ttl(rest, nil, now)))
+  state[1] = 0
+  redis.call('SET', KEYS[1], impl.encode(state), 'PX', ttl_ms(impl.ttl(state, nil, now)))
 else
   redis.call('DEL', KEYS[1])
 end
-return { math.max(0, math.floor(state[1])), num(state[6]) }
+return back
