@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import http2 from 'node:http2';
+import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { encodeHeaders, HpackDecoder, HpackError } from '../src/server/h2grpc/hpack';
-import type { WireStream } from '../src/server/h2grpc/wire';
+import { WireStream } from '../src/server/h2grpc/wire';
 import { echoServer, frame, GOAWAY, goawayCode, GOOD, headersFrame, hex, PREFACE, raw, RST_STREAM, SETTINGS_FRAME } from './support/h2-raw';
 
 // sluice's own HTTP/2 (src/server/h2grpc/wire.ts, GRPC_SERVER_IMPL=sluice) below gRPC: HPACK
@@ -296,5 +297,236 @@ describe("sluice's HTTP/2: protocol errors from raw frames", () => {
     assert.equal(pong.flags, 1);
     assert.equal(pong.payload.toString(), 'abcdefgh');
     c.close();
+  });
+});
+
+const WINDOW_UPDATE = 8;
+const settingsFrame = (pairs: [number, number][]) => {
+  const payload = Buffer.alloc(6 * pairs.length);
+  pairs.forEach(([id, value], i) => (payload.writeUInt16BE(id, 6 * i), payload.writeUInt32BE(value, 6 * i + 2)));
+  return frame(4, 0, 0, payload);
+};
+const windowUpdate = (id: number, increment: number) => {
+  const payload = Buffer.alloc(4);
+  payload.writeUInt32BE(increment, 0);
+  return frame(WINDOW_UPDATE, 0, id, payload);
+};
+const rstStream = (id: number, code = 0x8) => {
+  const payload = Buffer.alloc(4);
+  payload.writeUInt32BE(code, 0);
+  return frame(RST_STREAM, 0, id, payload);
+};
+const streamIds = (n: number, from = 1) => Array.from({ length: n }, (_, i) => from + 2 * i);
+
+// Every visit of a blocked answer (WireStream.sendPending), counted while `body` runs.
+async function countingVisits(body: (visits: () => number) => Promise<void>): Promise<void> {
+  const proto = WireStream.prototype;
+  const original = proto.sendPending;
+  let visits = 0;
+  proto.sendPending = function (this: WireStream) {
+    visits++;
+    return original.call(this);
+  };
+  try {
+    await body(() => visits);
+  } finally {
+    proto.sendPending = original;
+  }
+}
+
+describe("sluice's HTTP/2: what a peer can make a connection cost", () => {
+  // Each stream is answered with 1,000 bytes once its request ends.
+  const answer1000 = (stream: WireStream) =>
+    stream.on('end', () => {
+      stream.respond({ ':status': 200 });
+      stream.end(Buffer.alloc(1000, 1));
+    });
+
+  test('answers blocked by their own zero window are not visited when the connection window opens, and each moves on its own WINDOW_UPDATE', async () => {
+    const server = await echoServer({}, answer1000);
+    try {
+      await countingVisits(async (visits) => {
+        const c = await raw(server.port);
+        c.send(PREFACE, settingsFrame([[4, 0]]), ...streamIds(200).map((id) => headersFrame(id, GOOD)));
+        await c.until('200 answers headers', () => c.frames.filter((f) => f.type === 1).length === 200);
+        c.send(...Array.from({ length: 400 }, () => windowUpdate(0, 1)));
+        c.send(frame(6, 0, 0, Buffer.alloc(8)));
+        await c.next(6);
+        assert.equal(visits(), 0, 'no blocked answer visited for a connection WINDOW_UPDATE');
+        c.send(windowUpdate(1, 5000), windowUpdate(3, 5000));
+        await c.until('two answers', () => c.frames.filter((f) => f.type === 0 && (f.flags & 1) === 1).length === 2);
+        assert.equal(visits(), 2);
+        assert.equal(c.isClosed(), false);
+        c.close();
+      });
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('answers waiting for connection window move oldest first, a WINDOW_UPDATE visiting only what it lets through', async () => {
+    const server = await echoServer({}, answer1000);
+    try {
+      await countingVisits(async (visits) => {
+        const c = await raw(server.port);
+        // 100 answers of 1,000 bytes against the 65,535-byte connection window: 65 go, 35 wait.
+        c.send(PREFACE, SETTINGS_FRAME, ...streamIds(100).map((id) => headersFrame(id, GOOD)));
+        await c.until('65 answers', () => c.frames.filter((f) => f.type === 0 && (f.flags & 1) === 1).length === 65);
+        const before = visits();
+        c.send(windowUpdate(0, 1000));
+        await c.until('66 answers', () => c.frames.filter((f) => f.type === 0 && (f.flags & 1) === 1).length === 66);
+        assert.ok(visits() - before <= 2, `${visits() - before} visits for 1,000 bytes of window`);
+        const done = c.frames.filter((f) => f.type === 0 && (f.flags & 1) === 1).map((f) => f.id);
+        assert.ok(done.includes(131), 'the oldest waiting answer (stream 131) moved first');
+        c.close();
+      });
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('window credit comes back only as the reader takes bytes: unfinished bodies hold at most one window per connection', async () => {
+    const server = await echoServer({}, (stream) => (stream.holdCredit(), stream.on('data', () => undefined)));
+    try {
+      const c = await raw(server.port);
+      c.send(PREFACE, SETTINGS_FRAME, headersFrame(1, GOOD, false));
+      // 64 frames of 16 KiB: the whole 1 MiB window of stream 1 and of the connection.
+      for (let i = 0; i < 64; i++) c.send(frame(0, 0, 1, Buffer.alloc(16_384)));
+      c.send(headersFrame(3, GOOD, false), frame(0, 0, 3, Buffer.alloc(1)));
+      assert.equal(goawayCode(await c.next(GOAWAY)), 0x3, 'FLOW_CONTROL_ERROR past the connection window');
+      // Only our opening WINDOW_UPDATE: no credit came back for bytes nobody took.
+      assert.equal(c.frames.filter((f) => f.type === WINDOW_UPDATE).length, 1);
+      c.close();
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('a call reset in the same read as its request never starts; one reset later in its own read does', async () => {
+    let ends = 0;
+    const server = await echoServer({}, (stream) => stream.on('end', () => (ends++, stream.respond({ ':status': 200 }, { endStream: true }))));
+    try {
+      const c = await raw(server.port);
+      c.send(PREFACE, SETTINGS_FRAME, ...streamIds(50).flatMap((id) => [headersFrame(id, GOOD), rstStream(id)]));
+      c.send(headersFrame(101, GOOD));
+      await c.next(1, 101);
+      assert.equal(ends, 1, 'only the call that was not reset ran');
+      c.close();
+    } finally {
+      await server.stop();
+    }
+  });
+
+  const budgetCases: [string, (ids: number[]) => Buffer[]][] = [
+    ['calls reset (Rapid Reset)', (ids) => ids.flatMap((id) => [headersFrame(id, GOOD, false), rstStream(id)])],
+    ['frames drawing RST_STREAM (MadeYouReset)', (ids) => ids.flatMap((id) => [headersFrame(id, GOOD, false), windowUpdate(id, 0)])],
+    ['empty DATA frames', () => [headersFrame(1, GOOD, false), ...Array.from({ length: 30 }, () => frame(0, 0, 1))]],
+    ['PING frames', () => Array.from({ length: 30 }, () => frame(6, 0, 0, Buffer.alloc(8)))],
+    ['SETTINGS frames', () => Array.from({ length: 30 }, () => SETTINGS_FRAME)],
+    ['empty CONTINUATION frames', () => [frame(1, 0, 1, encodeHeaders(GOOD)), ...Array.from({ length: 30 }, () => frame(9, 0, 1))]],
+  ];
+  for (const [name, frames] of budgetCases) {
+    test(`past its budget of ${name}: GOAWAY ENHANCE_YOUR_CALM and the connection closes`, async () => {
+      const abused: string[] = [];
+      const server = await echoServer({ limits: { burst: 20, perSecond: 0 }, onAbuse: (_c, what) => abused.push(what) });
+      try {
+        const c = await raw(server.port);
+        c.send(PREFACE, SETTINGS_FRAME, ...frames(streamIds(30)));
+        assert.equal(goawayCode(await c.next(GOAWAY)), 0xb);
+        await c.until('close', c.isClosed);
+        c.close();
+        assert.deepEqual(abused, [name.replace(/ \(.*\)$/, '')]);
+      } finally {
+        await server.stop();
+      }
+    });
+  }
+
+  test('within its budget, the same frames are served: 19 resets, then a call answered', async () => {
+    const server = await echoServer({ limits: { burst: 20, perSecond: 0 } });
+    try {
+      const c = await raw(server.port);
+      c.send(PREFACE, SETTINGS_FRAME, ...streamIds(19).flatMap((id) => [headersFrame(id, GOOD, false), rstStream(id)]), headersFrame(39, GOOD));
+      await c.next(1, 39);
+      assert.equal(c.frames.some((f) => f.type === GOAWAY), false);
+      c.close();
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('a peer that never reads: its PING answers pile up only to the bound, then it is closed', async () => {
+    const server = await echoServer({ limits: { queuedControlFrames: 100 } });
+    try {
+      const socket = net.connect(server.port, '127.0.0.1');
+      await new Promise((r) => socket.once('connect', r));
+      socket.pause();
+      let closed = false;
+      socket.on('close', () => (closed = true));
+      socket.on('error', () => undefined);
+      socket.write(Buffer.concat([PREFACE, SETTINGS_FRAME]));
+      const ping = frame(6, 0, 0, Buffer.alloc(8));
+      const burst = Buffer.concat(Array.from({ length: 4096 }, () => ping));
+      const deadline = Date.now() + 10_000;
+      while (!closed && Date.now() < deadline) {
+        socket.write(burst);
+        await new Promise((r) => setTimeout(r, 1));
+      }
+      assert.ok(closed, 'the server closed a connection that never reads its PING answers');
+      socket.destroy();
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('the handshake must finish within handshakeTimeoutMs; an idle connection is told GOAWAY, then a PING, then closed', async () => {
+    const server = await echoServer({ handshakeTimeoutMs: 100, idleTimeoutMs: 100 });
+    try {
+      const silent = await raw(server.port);
+      const opened = Date.now();
+      await silent.until('close', silent.isClosed);
+      assert.ok(Date.now() - opened < 1000);
+      const idle = await raw(server.port);
+      idle.send(PREFACE, SETTINGS_FRAME, headersFrame(1, GOOD));
+      await idle.next(1, 1);
+      const headsUp = await idle.next(GOAWAY);
+      assert.equal(headsUp.payload.readUInt32BE(0), 2 ** 31 - 1, 'the first GOAWAY names no last stream');
+      const ping = await idle.next(6);
+      idle.send(frame(6, 1, 0, ping.payload));
+      await idle.until('the final GOAWAY', () => idle.frames.filter((f) => f.type === GOAWAY).length === 2);
+      const last = idle.frames.filter((f) => f.type === GOAWAY)[1];
+      assert.equal(last.payload.readUInt32BE(0), 1);
+      assert.equal(goawayCode(last), 0);
+      await idle.until('close', idle.isClosed);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('RFC 9113 8.2 and 8.3: empty :path, field values with CR, LF or NUL or edge white space, names that are not tokens, content-length against the body', async () => {
+    const server = await echoServer();
+    try {
+      const c = await raw(server.port);
+      c.send(PREFACE, SETTINGS_FRAME);
+      const malformed: Record<string, string>[] = [
+        { ...GOOD, ':path': '' },
+        { ...GOOD, 'x-a': 'a\r\nb' },
+        { ...GOOD, 'x-a': 'a\u0000b' },
+        { ...GOOD, 'x-a': ' a' },
+        { ...GOOD, 'x a': 'b' },
+        { ...GOOD, 'content-length': 'ten' },
+      ];
+      malformed.forEach((h, i) => c.send(headersFrame(1 + 2 * i, h)));
+      for (let i = 0; i < malformed.length; i++) assert.equal((await c.next(RST_STREAM, 1 + 2 * i)).payload.readUInt32BE(0), 0x1, JSON.stringify(malformed[i]));
+      c.send(headersFrame(21, { ...GOOD, 'content-length': '5' }, false), frame(0, 1, 21, Buffer.from('abc')));
+      assert.equal((await c.next(RST_STREAM, 21)).payload.readUInt32BE(0), 0x1, 'shorter than content-length');
+      c.send(headersFrame(23, { ...GOOD, 'content-length': '2' }, false), frame(0, 1, 23, Buffer.from('abc')));
+      assert.equal((await c.next(RST_STREAM, 23)).payload.readUInt32BE(0), 0x1, 'longer than content-length');
+      c.send(headersFrame(25, { ...GOOD, 'content-length': '3' }, false), frame(0, 1, 25, Buffer.from('abc')));
+      assert.equal(JSON.parse((await c.next(0, 25)).payload.toString()).bytes, 3);
+      c.close();
+    } finally {
+      await server.stop();
+    }
   });
 });
