@@ -175,6 +175,21 @@ export async function hpackBomb(port: number): Promise<AttackResult> {
   return finish('HPACK bomb', c);
 }
 
+// The floods: each should draw GOAWAY ENHANCE_YOUR_CALM and a close within a second. A peer
+// that never reads may not see the GOAWAY.
+export const FLOODS: { name: string; reads: boolean; run: (port: number) => Promise<AttackResult> }[] = [
+  { name: 'class 1: CONTINUATION flood (16 KB fragments of one header block)', reads: true, run: continuationFlood },
+  { name: 'class 1: HEADERS without END_HEADERS, then endless zero-length CONTINUATIONs', reads: true, run: emptyContinuations },
+  { name: 'class 2: zero initial window, 200 answers blocked, then a SETTINGS flood', reads: true, run: (port) => zeroWindow(port, 'settings') },
+  { name: 'class 2: zero initial window, 200 answers blocked, then WINDOW_UPDATE(stream 0, 1) flood', reads: true, run: (port) => zeroWindow(port, 'window-update') },
+  { name: 'class 3: PING flood from a peer that never reads (CVE-2019-9512)', reads: false, run: pingFlood },
+  { name: 'class 3: SETTINGS flood from a peer that never reads (CVE-2019-9515)', reads: false, run: settingsFlood },
+  { name: 'class 3: HEADERS with an upper-case name on new streams, each drawing RST_STREAM, never read (CVE-2019-9514)', reads: false, run: resetDrawingFlood },
+  { name: 'class 4: MadeYouReset, WINDOW_UPDATE of 0 on each new open stream (CVE-2025-8671)', reads: true, run: madeYouReset },
+  { name: 'class 4: empty DATA frames without END_STREAM (CVE-2019-9518)', reads: true, run: emptyData },
+  { name: 'class 4: HPACK bomb, a 4 KB table entry referenced 16,000 times a block', reads: true, run: hpackBomb },
+];
+
 // --- class 5: holding what the server must hold
 
 // `limit + extra` calls left open (HEADERS, no body): the server refuses the extra ones.

@@ -1,89 +1,10 @@
 import fs from 'node:fs';
-import * as grpc from '@grpc/grpc-js';
-import { RateLimitResponse_Code as Code, RateLimitServiceClient } from '../../src/gen/envoy/service/ratelimit/v3/rls';
-import { type AttackResult, attackRequest } from './h2-attacks';
+import type { AttackResult } from './h2-attacks';
+import { LegitClient, type LegitStats } from './legit-client';
 
 // What runs beside an attack (test/support/h2-attacks.ts): a legitimate client on its own
-// connection, calling ShouldRateLimit one call after another, and a sampler of the server
-// process' resident memory.
-
-export interface LegitStats {
-  // Calls answered OK, and calls that failed (an error, or any other overall code).
-  answered: number;
-  failed: number;
-  share: number;
-  // Latency of every call, sorted, ms.
-  latenciesMs: number[];
-  // Why calls failed: message -> count.
-  failures: Record<string, number>;
-}
-
-const LEGIT_REQUEST = attackRequest('legit');
-
-// One ShouldRateLimit call: undefined when answered OK, else why not.
-function callOnce(client: RateLimitServiceClient, deadlineMs: number): Promise<string | undefined> {
-  return new Promise((resolve) => {
-    client.shouldRateLimit(LEGIT_REQUEST, new grpc.Metadata(), { deadline: Date.now() + deadlineMs }, (err, response) =>
-      resolve(err ? `${grpc.status[err.code]}: ${err.details}` : response.overallCode === Code.OK ? undefined : Code[response.overallCode]),
-    );
-  });
-}
-
-// Whether a new client on a new connection is answered OK now: undefined if so, else why not.
-export async function answersNow(port: number): Promise<string | undefined> {
-  const client = newClient(port);
-  try {
-    return await callOnce(client, 2_000);
-  } finally {
-    client.close();
-  }
-}
-
-// Its own connection: no subchannel shared with other clients of this process.
-const newClient = (port: number) => new RateLimitServiceClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
-
-export class LegitClient {
-  private readonly client: RateLimitServiceClient;
-  private running = true;
-  private readonly done: Promise<void>;
-  private answered = 0;
-  private failed = 0;
-  private readonly latencies: number[] = [];
-  private readonly failures: Record<string, number> = {};
-  // Resolves after the first call (answered or not).
-  readonly ready: Promise<void>;
-  private readied!: () => void;
-
-  // Envoy's default deadline is 20 ms; these machines are shared, so 1 s.
-  constructor(port: number, private readonly o: { deadlineMs?: number; gapMs?: number } = {}) {
-    this.client = newClient(port);
-    this.ready = new Promise((r) => (this.readied = r));
-    this.done = this.loop();
-  }
-
-  private async loop(): Promise<void> {
-    while (this.running) {
-      const start = performance.now();
-      const outcome = await callOnce(this.client, this.o.deadlineMs ?? 1_000);
-      this.latencies.push(performance.now() - start);
-      if (outcome === undefined) this.answered++;
-      else {
-        this.failed++;
-        this.failures[outcome] = (this.failures[outcome] ?? 0) + 1;
-      }
-      this.readied();
-      await new Promise((r) => setTimeout(r, this.o.gapMs ?? 2));
-    }
-  }
-
-  async stop(): Promise<LegitStats> {
-    this.running = false;
-    await this.done;
-    this.client.close();
-    const total = this.answered + this.failed;
-    return { answered: this.answered, failed: this.failed, share: total === 0 ? 0 : this.answered / total, latenciesMs: this.latencies.sort((a, b) => a - b), failures: this.failures };
-  }
-}
+// connection (test/support/legit-client.ts), a sampler of the server process' resident memory,
+// and the server's count of decisions.
 
 // Resident memory of a process, MiB: sampled every `everyMs`, the peak kept.
 export class RssSampler {
@@ -119,19 +40,41 @@ export interface Outcome {
   attack: AttackResult;
   legit: LegitStats;
   peakRssMb: number;
+  // ShouldRateLimit calls the server decided during the run beyond the legitimate client's: the
+  // attacker's.
+  attackerDecisions: number;
+}
+
+export interface Target {
+  pid: number;
+  grpcPort: number;
+  httpPort: number;
+}
+
+// ShouldRateLimit calls decided over gRPC so far (sluice_requests_total, any result).
+export async function grpcDecisions(httpPort: number): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text();
+  let sum = 0;
+  for (const m of text.matchAll(/^sluice_requests_total\{([^}]*)\} (\S+)$/gm)) if (m[1].includes('transport="grpc"')) sum += Number(m[2]);
+  return sum;
 }
 
 // Runs an attack while the legitimate client calls, and keeps it calling `afterMs` longer: what
 // it saw during and after the attack, and the server's peak memory meanwhile.
-export async function underAttack(target: { pid: number; grpcPort: number }, attack: () => Promise<AttackResult>, afterMs = 500): Promise<Outcome> {
+export async function underAttack(target: Target, attack: () => Promise<AttackResult>, afterMs = 500): Promise<Outcome> {
+  const before = await grpcDecisions(target.httpPort);
   const rss = new RssSampler(target.pid);
-  const legit = new LegitClient(target.grpcPort);
+  const legit = new LegitClient({ port: target.grpcPort });
   try {
     // Connected and answered once before the attack: what it sees next is the attack's doing.
     await legit.ready;
     const result = await attack();
     await new Promise((r) => setTimeout(r, afterMs));
-    return { attack: result, legit: await legit.stop(), peakRssMb: rss.stop() };
+    const stats = await legit.stop();
+    const peakRssMb = rss.stop();
+    // Every legitimate call was decided (or failed) between the two readings.
+    const attackerDecisions = (await grpcDecisions(target.httpPort)) - before - (stats.answered + stats.failed);
+    return { attack: result, legit: stats, peakRssMb, attackerDecisions };
   } finally {
     await legit.stop();
     rss.stop();
