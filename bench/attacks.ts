@@ -26,12 +26,14 @@ const MAX_STREAMS = 1024;
 interface AttackClass {
   name: string;
   run: (port: number) => Promise<AttackResult>;
+  // false: the attacker never reads, so it cannot see a GOAWAY.
+  reads?: boolean;
   // What the class measures beyond the close, for the notes column.
   note?: (o: Outcome) => string;
 }
 
 const CLASSES: AttackClass[] = [
-  ...FLOODS.map((f) => ({ name: f.name.replace(/ \(CVE-[^)]*\)/, ''), run: f.run })),
+  ...FLOODS.map((f) => ({ name: f.name.replace(/ \(CVE-[^)]*\)/, ''), run: f.run, reads: f.reads })),
   { name: 'class 4: Rapid Reset', run: rapidReset, note: (o) => `${o.attackerDecisions} of ${o.attack.detail.opened} reset calls decided` },
   {
     name: `class 5: ${MAX_STREAMS} + 50 streams left open`,
@@ -47,6 +49,7 @@ const CLASSES: AttackClass[] = [
 
 export interface AttackRow {
   attack: string;
+  reads: boolean;
   impl: Impl;
   outcome: Outcome | undefined;
   // The server process exited during the run (its code or signal), or could not be run.
@@ -76,10 +79,10 @@ async function runClass(dir: string, c: AttackClass, impl: Impl): Promise<Attack
     const s = server;
     const outcome = await underAttack({ pid: s.child.pid!, grpcPort: s.grpcPort, httpPort: s.httpPort }, () => c.run(s.grpcPort));
     const crashed = s.child.exitCode !== null || s.child.signalCode !== null ? `exited (${s.child.exitCode ?? s.child.signalCode})` : undefined;
-    return { attack: c.name, impl, outcome, crashed, note: c.note?.(outcome) ?? '' };
+    return { attack: c.name, reads: c.reads !== false, impl, outcome, crashed, note: c.note?.(outcome) ?? '' };
   } catch (err) {
     const crashed = server !== undefined && server.child.exitCode !== null ? `exited (${server.child.exitCode})` : `failed: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}`;
-    return { attack: c.name, impl, outcome: undefined, crashed, note: '' };
+    return { attack: c.name, reads: c.reads !== false, impl, outcome: undefined, crashed, note: '' };
   } finally {
     await server?.stop('SIGKILL');
   }
@@ -98,9 +101,10 @@ export function attacksTable(rows: readonly AttackRow[]): string {
     }
     const a = o.attack;
     const calls = o.legit.answered + o.legit.failed;
+    const goaway = a.goawayCode !== undefined ? `0x${a.goawayCode.toString(16)}` : r.reads ? 'none' : 'not read';
     const notes = [r.note, r.crashed === undefined ? '' : `server ${r.crashed}`].filter((n) => n !== '').join('; ');
     lines.push(
-      `| ${r.attack} | ${r.impl} | ${a.closedAfterMs ?? 'never'} | ${a.goawayCode === undefined ? 'none' : `0x${a.goawayCode.toString(16)}`} | ${Math.round(o.peakRssMb)} | ${calls === 0 ? '–' : (100 * o.legit.share).toFixed(1)} (${calls} calls) | ${percentile(o.legit.latenciesMs, 99).toFixed(1)} | ${notes} |`,
+      `| ${r.attack} | ${r.impl} | ${a.closedAfterMs ?? 'never'} | ${goaway} | ${Math.round(o.peakRssMb)} | ${calls === 0 ? '–' : (100 * o.legit.share).toFixed(1)} (${calls} calls) | ${percentile(o.legit.latenciesMs, 99).toFixed(1)} | ${notes} |`,
     );
   }
   return lines.join('\n');

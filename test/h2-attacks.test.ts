@@ -26,7 +26,8 @@ import { PREFACE } from '../src/server/h2grpc/wire';
 // GRPC_SERVER_IMPL=sluice) while a legitimate client calls ShouldRateLimit on its own connection:
 // the attacker is told to calm down (GOAWAY ENHANCE_YOUR_CALM) and cut off within a second, the
 // legitimate client is answered, the server's memory stays bounded. Then the same malformed
-// requests go to the sluice and http2 servers, which must treat them alike.
+// requests go to the sluice and http2 servers, which must treat them alike but where INTENDED
+// says otherwise.
 
 // The bar, from the issue. Nothing here is a tolerance for noise: a server that does not act on
 // an attack fails these whatever the machine.
