@@ -180,7 +180,8 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       }
       startConfig({ settings, config, health, watcher, xds: xdsSource, fed });
       statsd?.start();
-      grpcServer = createGrpcListener(settings.grpcServerImpl, { service, health, metrics, logger, tracer });
+      const connection = { maxConcurrentStreams: settings.grpcMaxConcurrentStreams, handshakeTimeoutMs: settings.grpcHandshakeTimeoutMs, maxConnectionIdleMs: settings.grpcMaxConnectionIdleMs };
+      grpcServer = createGrpcListener(settings.grpcServerImpl, { service, health, metrics, logger, tracer, connection });
       tls = serverTls(settings, logger);
       await tls?.ready;
       const grpcPort = await grpcServer.bind(settings.grpcHost, settings.grpcPort, tls);

@@ -43,6 +43,11 @@ export interface Settings {
   // Which gRPC server carries the gRPC listener: server/h2grpc/ on its own HTTP/2 (wire.ts) or on
   // node:http2, or grpc-js.
   grpcServerImpl: 'grpc-js' | 'http2' | 'sluice';
+  // Per gRPC connection: streams at once, time to the client's first SETTINGS, time without a
+  // stream before a graceful close (0: never).
+  grpcMaxConcurrentStreams: number;
+  grpcHandshakeTimeoutMs: number;
+  grpcMaxConnectionIdleMs: number;
   adminHost: string;
   adminPort: number;
   grpcTls: boolean;
@@ -219,6 +224,9 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'grpcHost', flag: 'grpc-host', env: ['GRPC_HOST'], kind: 'string', def: '0.0.0.0', help: 'gRPC listen address' },
   { key: 'grpcPort', flag: 'grpc-port', env: ['GRPC_PORT'], kind: 'port', def: 8081, help: 'gRPC port (RLS, health, reflection)' },
   { key: 'grpcServerImpl', flag: 'grpc-server-impl', env: ['GRPC_SERVER_IMPL'], kind: 'enum', def: 'sluice', choices: ['sluice', 'http2', 'grpc-js'], help: "gRPC server: sluice (sluice's own gRPC on its own HTTP/2: the services and gRPC behaviour of grpc-js with less work per call and per connection), http2 (the same gRPC on node:http2), or grpc-js" },
+  { key: 'grpcMaxConcurrentStreams', flag: 'grpc-max-concurrent-streams', env: ['GRPC_MAX_CONCURRENT_STREAMS'], kind: 'count', def: 1024, help: "calls at once on one gRPC connection (SETTINGS_MAX_CONCURRENT_STREAMS); more are refused (REFUSED_STREAM) and Envoy opens another connection; 0: no limit. 1024 is Envoy's default max_requests circuit breaker: one Envoy never has more calls in flight to the cluster" },
+  { key: 'grpcHandshakeTimeoutMs', flag: 'grpc-handshake-timeout', env: ['GRPC_HANDSHAKE_TIMEOUT'], kind: 'duration', def: 10_000, help: "a gRPC connection whose TLS handshake, HTTP/2 preface and first SETTINGS are not complete this long after it opened is closed (GRPC_SERVER_IMPL=sluice; grpc-js and node:http2 have none)" },
+  { key: 'grpcMaxConnectionIdleMs', flag: 'grpc-max-connection-idle', env: ['GRPC_MAX_CONNECTION_IDLE'], kind: 'duration', def: 300_000, help: "a gRPC connection with no call for this long is closed gracefully (GOAWAY, as grpc-go's MaxConnectionIdle); the client reconnects on its next call. 0: never" },
   { key: 'adminHost', flag: 'admin-host', env: ['ADMIN_HOST', 'DEBUG_HOST'], kind: 'string', def: '127.0.0.1', help: 'admin listen address (/rlconfig, /explain, /settings); localhost unless you open it' },
   { key: 'adminPort', flag: 'admin-port', env: ['ADMIN_PORT', 'DEBUG_PORT'], kind: 'port', def: 6070, help: 'admin port (upstream debug port)' },
   { key: 'grpcTls', flag: 'grpc-tls', env: ['GRPC_SERVER_USE_TLS'], kind: 'bool', def: false, help: 'TLS on the gRPC listener' },

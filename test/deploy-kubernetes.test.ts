@@ -24,6 +24,9 @@ const BUILDS: Record<string, () => K8sObject[]> = {
   // What docs/kubernetes.md tells a user to write to add the monitoring component.
   'base + components/monitoring': () => kustomizeWith(K8S, { resources: ['base'], components: ['components/monitoring'] }),
   'overlays/redis + components/monitoring': () => kustomizeWith(K8S, { resources: ['overlays/redis'], components: ['components/monitoring'] }),
+  // What docs/kubernetes.md tells a user to write to add the network-policy component.
+  'base + components/network-policy': () => kustomizeWith(K8S, { resources: ['base'], components: ['components/network-policy'] }),
+  'overlays/redis + components/network-policy': () => kustomizeWith(K8S, { resources: ['overlays/redis'], components: ['components/network-policy'] }),
 };
 
 const find = (objects: K8sObject[], kind: string, name: string): K8sObject => {
@@ -45,6 +48,28 @@ function containerSettings(container: Yaml): Settings {
     env[e.name] = e.value;
   }
   return loadSettings(container.args.slice(1), env);
+}
+
+// The NetworkPolicies that apply to the sluice pods (an empty podSelector applies to every pod).
+const sluicePolicies = (objects: K8sObject[]): K8sObject[] => {
+  const labels = find(objects, 'Deployment', 'sluice').spec.template.metadata.labels;
+  return objects.filter((o) => o.kind === 'NetworkPolicy' && subset(o.spec.podSelector.matchLabels ?? {}, labels));
+};
+
+// A NetworkPolicy port, by number or by the container port's name, as the CNI resolves it.
+const policyPort = (container: Yaml, port: number | string): number => (typeof port === 'number' ? port : portNumber(container, port));
+
+// The YAML documents of a page's ```yaml blocks.
+function docYaml(page: string): Yaml[] {
+  const markdown = fs.readFileSync(path.join(REPO, page), 'utf8');
+  const out: Yaml[] = [];
+  for (const block of markdown.matchAll(/```ya?ml\n([\s\S]*?)```/g)) {
+    for (const doc of YAML.parseAllDocuments(block[1])) {
+      assert.deepEqual(doc.errors.map((e) => e.message), [], page);
+      out.push(doc.toJS());
+    }
+  }
+  return out;
 }
 
 function portNumber(container: Yaml, name: string): number {
@@ -198,6 +223,65 @@ describe('deploy/kubernetes', () => {
     assert.equal(policy.spec.ingress[0].ports[0].port, port.targetPort);
   });
 
+  test('without components/network-policy nothing restricts who reaches sluice', () => {
+    for (const name of ['base', 'overlays/redis', 'base + components/monitoring']) {
+      assert.deepEqual(sluicePolicies(BUILDS[name]()).map((p) => p.metadata.name), [], name);
+    }
+    assert.deepEqual(BUILDS.base().filter((o) => o.kind === 'NetworkPolicy'), []);
+  });
+
+  test('components/network-policy: gRPC only from the gateway, HTTP from anywhere as before, nothing else', () => {
+    for (const name of ['base + components/network-policy', 'overlays/redis + components/network-policy']) {
+      const objects = BUILDS[name]();
+      const policies = sluicePolicies(objects);
+      assert.equal(policies.length, 1, `${name}: one NetworkPolicy selects the sluice pods`);
+      const [policy] = policies;
+      const deployment = find(objects, 'Deployment', 'sluice');
+      assert.deepEqual(policy.spec.podSelector, { matchLabels: deployment.spec.selector.matchLabels }, `${name}: the Deployment's own selector`);
+      for (const d of deployments(objects).filter((d) => d !== deployment)) assert.ok(!subset(policy.spec.podSelector.matchLabels, d.spec.template.metadata.labels), `${name}: not ${d.metadata.name}`);
+      assert.deepEqual(policy.spec.policyTypes, ['Ingress'], `${name}: egress left alone`);
+
+      const c = sluiceContainer(objects);
+      const settings = containerSettings(c);
+      // A rule without ports would open every port to its sources.
+      const rules: { from?: Yaml[]; ports: number[] }[] = policy.spec.ingress.map((r: Yaml) => {
+        assert.ok(r.ports?.length > 0, `${name}: every rule names its ports`);
+        for (const p of r.ports) assert.equal(p.protocol, 'TCP');
+        return { from: r.from, ports: r.ports.map((p: Yaml) => policyPort(c, p.port)) };
+      });
+      assert.deepEqual(rules.map((r) => r.ports), [[settings.grpcPort], [settings.httpPort]], `${name}: the gateway rule first (docs/kubernetes.md patches /spec/ingress/0), then HTTP`);
+      assert.equal(portNumber(c, 'grpc'), settings.grpcPort);
+      // The gateway docs/istio.md installs the rate limit filter on: its pods, in its namespace only.
+      const gateways = docYaml('docs/istio.md')
+        .filter((d) => d.kind === 'EnvoyFilter')
+        .map((f) => ({ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': f.metadata.namespace } }, podSelector: { matchLabels: f.spec.workloadSelector.labels } }));
+      assert.ok(gateways.length > 0);
+      for (const g of gateways) assert.deepEqual(rules[0].from, [g], `${name}: gRPC from the gateway only`);
+      assert.equal(rules[1].from, undefined, `${name}: HTTP (/metrics, POST /json) from every source, as without the policy`);
+    }
+  });
+
+  test('docs/kubernetes.md: its patch points the gRPC rule at another gateway and changes nothing else', async () => {
+    const k = docYaml('docs/kubernetes.md').find((d) => d.kind === 'Kustomization' && d.components?.some((c: string) => c.endsWith('/components/network-policy')));
+    assert.ok(k, 'a kustomization adding the component');
+    assert.ok(fs.statSync(path.join(REPO, k.components[0].replace(/^.*?\/deploy\//, 'deploy/'))).isDirectory(), k.components[0]);
+    assert.equal(k.patches.length, 1);
+    assert.deepEqual(k.patches[0].target, { kind: 'NetworkPolicy', name: 'sluice' });
+    const ops = YAML.parse(k.patches[0].patch);
+    assert.deepEqual(ops.map((o: Yaml) => [o.op, o.path]), [['replace', '/spec/ingress/0/from']], 'only the gateway rule’s sources');
+    const objects = BUILDS['base + components/network-policy']();
+    const [before] = sluicePolicies(objects);
+    const after = structuredClone(before);
+    after.spec.ingress[0].from = ops[0].value;
+    assert.deepEqual(await validateObject(after), []);
+    const c = sluiceContainer(objects);
+    assert.deepEqual(after.spec.ingress[0].ports.map((p: Yaml) => policyPort(c, p.port)), [containerSettings(c).grpcPort], 'rule 0 is the gRPC rule');
+    assert.notDeepEqual(after.spec.ingress[0].from, before.spec.ingress[0].from);
+    // One item with both selectors: those pods in that namespace, not the union of both.
+    assert.equal(after.spec.ingress[0].from.length, 1);
+    assert.deepEqual(Object.keys(after.spec.ingress[0].from[0]).sort(), ['namespaceSelector', 'podSelector']);
+  });
+
   test('the PrometheusRule holds the groups of deploy/observability/rules.yml', () => {
     const rules = YAML.parse(fs.readFileSync(path.join(REPO, 'deploy/observability/rules.yml'), 'utf8'));
     const rule = find(BUILDS['base + components/monitoring'](), 'PrometheusRule', 'sluice');
@@ -221,17 +305,7 @@ describe('deploy/kubernetes', () => {
 });
 
 describe('docs/istio.md', () => {
-  const objects = (): K8sObject[] => {
-    const markdown = fs.readFileSync(path.join(REPO, 'docs/istio.md'), 'utf8');
-    const out: K8sObject[] = [];
-    for (const block of markdown.matchAll(/```ya?ml\n([\s\S]*?)```/g)) {
-      for (const doc of YAML.parseAllDocuments(block[1])) {
-        assert.deepEqual(doc.errors.map((e) => e.message), []);
-        out.push(doc.toJS());
-      }
-    }
-    return out;
-  };
+  const objects = () => docYaml('docs/istio.md');
 
   test('its EnvoyFilters and VirtualService validate against Istio’s schemas, with no unknown field', async () => {
     const docs = objects();

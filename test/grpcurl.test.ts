@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
-import { execFile, execFileSync } from 'node:child_process';
-import { accessSync, constants, readFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
 import { ManualClock } from '../src/clock';
 import { startApp } from './support/app';
+import { findGoTool } from './support/go-tool';
 
 // The README's "With grpcurl" commands, run with a real grpcurl against the example config; each
 // command's output must be what the README shows under it (its `# ` lines).
@@ -15,26 +16,6 @@ const GRPCURL_VERSION = 'v1.9.4';
 const INSTALL = `go install github.com/fullstorydev/grpcurl/cmd/grpcurl@${GRPCURL_VERSION}`;
 // 18 s into a 5-minute boundary, so the durations until reset are the README's 42 s and 582 s.
 const NOW = 1_800_000_000_000 + 18_000;
-
-function findGrpcurl(): string | undefined {
-  const dirs = (process.env.PATH ?? '').split(path.delimiter).filter(Boolean);
-  for (const variable of ['GOBIN', 'GOPATH']) {
-    try {
-      const value = execFileSync('go', ['env', variable], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
-      if (value) dirs.push(variable === 'GOBIN' ? value : path.join(value.split(path.delimiter)[0], 'bin'));
-    } catch {
-      // no Go toolchain: PATH only
-    }
-  }
-  return dirs.map((dir) => path.join(dir, 'grpcurl')).find((file) => {
-    try {
-      accessSync(file, constants.X_OK);
-      return true;
-    } catch {
-      return false;
-    }
-  });
-}
 
 interface Example {
   command: string;
@@ -58,7 +39,7 @@ function readmeExamples(): Example[] {
 }
 
 test("the README's grpcurl commands print what the README shows", async (t) => {
-  const grpcurl = findGrpcurl();
+  const grpcurl = findGoTool('grpcurl');
   if (!grpcurl) {
     t.skip(`grpcurl not installed: ${INSTALL}`);
     return;

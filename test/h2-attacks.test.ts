@@ -14,7 +14,7 @@ import {
   rapidReset,
   stalledHandshake,
 } from './support/h2-attacks';
-import { H2_ERROR } from './support/h2-raw';
+import { H2_ERROR } from './support/h2-attacker';
 import { malformedOutcome, MALFORMED } from './support/h2-malformed';
 import { type ServerProcess, spawnServer, spawnServers } from './support/process';
 import { answersNow } from './support/legit-client';

@@ -1,19 +1,16 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import http2 from 'node:http2';
-import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { encodeHeaders, HpackDecoder, HpackError } from '../src/server/h2grpc/hpack';
-import type { RequestHeaders } from '../src/server/h2grpc/call';
-import { encodeFrame, WireServer, type WireStream } from '../src/server/h2grpc/wire';
+import type { WireStream } from '../src/server/h2grpc/wire';
+import { echoServer, frame, GOAWAY, goawayCode, GOOD, headersFrame, hex, PREFACE, raw, RST_STREAM, SETTINGS_FRAME } from './support/h2-raw';
 
 // sluice's own HTTP/2 (src/server/h2grpc/wire.ts, GRPC_SERVER_IMPL=sluice) below gRPC: HPACK
 // against RFC 7541's examples and against node:http2's encoder (Huffman, dynamic table, eviction,
 // never-indexed fields), header blocks over CONTINUATION both ways, flow control both ways, and
 // the protocol errors a client can provoke, sent as raw frames. The gRPC behaviour on top runs in
 // test/h2grpc.test.ts and, as the default server, through the whole suite.
-
-const hex = (s: string) => Buffer.from(s.replace(/\s+/g, ''), 'hex');
 
 function pairs(fields: string[]): [string, string][] {
   const out: [string, string][] = [];
@@ -78,30 +75,6 @@ describe('HPACK decoder: RFC 7541 Appendix C', () => {
     assert.deepEqual(pairs(new HpackDecoder().decode(encodeHeaders({ ':status': 415 }), 65536).fields), [[':status', '415']]);
   });
 });
-
-// A WireServer whose streams echo: the request's headers (as JSON, in a response header or the
-// body) and the number of body bytes received.
-async function echoServer(options: ConstructorParameters<typeof WireServer>[0] = {}, onStream?: (stream: WireStream, headers: RequestHeaders) => void) {
-  const server = new WireServer(
-    options,
-    onStream ??
-      ((stream, headers) => {
-        let bytes = 0;
-        stream.on('data', (chunk) => (bytes += chunk.length));
-        stream.on('end', () => {
-          const body = Buffer.from(JSON.stringify({ headers, bytes }));
-          stream.respond({ ':status': 200, 'content-type': 'application/json' }, { waitForTrailers: true });
-          stream.once('wantTrailers', function (this: WireStream) {
-            this.sendTrailers({ 'x-bytes': String(bytes) });
-          });
-          stream.end(body);
-        });
-      }),
-  );
-  await new Promise<void>((r) => server.server.listen(0, '127.0.0.1', r));
-  const port = (server.server.address() as net.AddressInfo).port;
-  return { server, port, stop: () => new Promise<void>((r) => server.close(r)) };
-}
 
 function request(session: http2.ClientHttp2Session, headers: http2.OutgoingHttpHeaders, body?: Buffer): Promise<{ headers: http2.IncomingHttpHeaders; trailers: http2.IncomingHttpHeaders; body: Buffer }> {
   return new Promise((resolve, reject) => {
@@ -229,63 +202,6 @@ describe("sluice's HTTP/2 with node:http2 as the client", () => {
 });
 
 // --- raw frames
-
-const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
-
-const frame = encodeFrame;
-
-interface Frame {
-  type: number;
-  flags: number;
-  id: number;
-  payload: Buffer;
-}
-
-// A raw client: sends bytes, collects the server's frames until the socket closes.
-async function raw(port: number) {
-  const socket = net.connect(port, '127.0.0.1');
-  await new Promise((r) => socket.once('connect', r));
-  const frames: Frame[] = [];
-  let input = Buffer.alloc(0);
-  let closed = false;
-  socket.on('data', (chunk: Buffer) => {
-    input = Buffer.concat([input, chunk]);
-    while (input.length >= 9 && input.length >= 9 + input.readUIntBE(0, 3)) {
-      const length = input.readUIntBE(0, 3);
-      frames.push({ type: input[3], flags: input[4], id: input.readUInt32BE(5) & 0x7fffffff, payload: input.subarray(9, 9 + length) });
-      input = input.subarray(9 + length);
-    }
-  });
-  socket.on('close', () => (closed = true));
-  socket.on('error', () => undefined);
-  const until = async (what: string, check: () => boolean) => {
-    const deadline = Date.now() + 5000;
-    while (!check()) {
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; frames: ${JSON.stringify(frames.map((f) => [f.type, f.flags, f.id]))}`);
-      await new Promise((r) => setTimeout(r, 5));
-    }
-  };
-  return {
-    frames,
-    send: (...parts: Buffer[]) => socket.write(Buffer.concat(parts)),
-    isClosed: () => closed,
-    until,
-    // The frame of this type (and stream), once it has come.
-    async next(type: number, id?: number): Promise<Frame> {
-      let found: Frame | undefined;
-      await until(`frame type ${type}`, () => (found = frames.find((f) => f.type === type && (id === undefined || f.id === id))) !== undefined);
-      return found!;
-    },
-    close: () => socket.destroy(),
-  };
-}
-
-const SETTINGS_FRAME = frame(4, 0, 0);
-const GOAWAY = 7;
-const RST_STREAM = 3;
-const goawayCode = (f: Frame) => f.payload.readUInt32BE(4);
-const headersFrame = (id: number, headers: Record<string, string>, endStream = true) => frame(1, 0x4 | (endStream ? 1 : 0), id, encodeHeaders(headers));
-const GOOD = { ':method': 'POST', ':scheme': 'http', ':path': '/echo' };
 
 describe("sluice's HTTP/2: protocol errors from raw frames", () => {
   let echo: Awaited<ReturnType<typeof echoServer>>;

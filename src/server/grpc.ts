@@ -70,8 +70,17 @@ export const GRPC_SERVER_OPTIONS: grpc.ServerOptions = { 'grpc.enable_channelz':
 // Unary calls being answered, per server: what a graceful stop waits for (see drainGrpc).
 const ACTIVE = new WeakMap<grpc.Server, { calls: number }>();
 
+// What one gRPC connection may hold (GRPC_MAX_CONCURRENT_STREAMS, GRPC_HANDSHAKE_TIMEOUT,
+// GRPC_MAX_CONNECTION_IDLE; 0: none).
+export interface GrpcConnectionLimits {
+  maxConcurrentStreams: number;
+  handshakeTimeoutMs: number;
+  maxConnectionIdleMs: number;
+}
+
 export interface GrpcDeps {
   service: RateLimitService;
+  connection?: GrpcConnectionLimits;
   health: HealthState;
   metrics: Metrics;
   logger: Logger;
@@ -84,13 +93,16 @@ export type ServiceEntry = [grpc.ServiceDefinition, grpc.UntypedServiceImplement
 // Larger messages are refused from their length prefix, before they are buffered
 // (RESOURCE_EXHAUSTED, gRPC's code for an oversized message). Channelz (per-call tracing that
 // nothing here serves) is off: it allocates on every call.
-export function grpcServerOptions(bounds: RequestBounds): grpc.ServerOptions {
-  return { ...GRPC_SERVER_OPTIONS, 'grpc.max_receive_message_length': bounds.maxRequestBytes };
+export function grpcServerOptions(bounds: RequestBounds, connection?: GrpcConnectionLimits): grpc.ServerOptions {
+  const options: grpc.ServerOptions = { ...GRPC_SERVER_OPTIONS, 'grpc.max_receive_message_length': bounds.maxRequestBytes };
+  if (connection !== undefined && connection.maxConcurrentStreams > 0) options['grpc.max_concurrent_streams'] = connection.maxConcurrentStreams;
+  if (connection !== undefined && connection.maxConnectionIdleMs > 0) options['grpc.max_connection_idle_ms'] = connection.maxConnectionIdleMs;
+  return options;
 }
 
 export function createGrpcServer(deps: GrpcDeps): grpc.Server {
   const active = { calls: 0 };
-  const server = new grpc.Server(grpcServerOptions(deps.service.bounds));
+  const server = new grpc.Server(grpcServerOptions(deps.service.bounds, deps.connection));
   for (const [definition, impl] of grpcServices(deps, active)) server.addService(definition, impl);
   ACTIVE.set(server, active);
   return server;
@@ -103,6 +115,8 @@ export function grpcServices(deps: GrpcDeps, active: { calls: number }): Service
   const logFailure = failureLog(logger, 'grpc');
   const rls: grpc.UntypedServiceImplementation = {
     shouldRateLimit(call: grpc.ServerUnaryCall<any, any>, callback: grpc.sendUnaryData<any>) {
+      // Reset by the client before it was started (Rapid Reset): nothing to decide, no one to answer.
+      if (call.cancelled) return;
       active.calls++;
       const timer = metrics.requestDuration.startTimer({ transport: 'grpc' });
       const end = () => {

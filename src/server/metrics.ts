@@ -22,6 +22,7 @@ export class Metrics {
   readonly registry = new Registry();
   readonly requests: Counter<'transport' | 'code'>;
   readonly requestDuration: Histogram<'transport'>;
+  readonly abusiveConnections: Counter<'reason'>;
   readonly configLoads: Counter<'result'>;
   readonly configLoadTimestamp: Gauge;
   readonly memoryEvictions: Counter;
@@ -55,6 +56,7 @@ export class Metrics {
     const registers = [this.registry];
     this.requests = new Counter({ name: 'sluice_requests_total', help: 'ShouldRateLimit calls by transport and result (OK, OVER_LIMIT, INVALID_ARGUMENT, UNAVAILABLE, INTERNAL)', labelNames: ['transport', 'code'], registers });
     this.requestDuration = new Histogram({ name: 'sluice_request_duration_seconds', help: 'ShouldRateLimit latency', labelNames: ['transport'], buckets: [...REQUEST_DURATION_BUCKETS], registers });
+    this.abusiveConnections = new Counter({ name: 'sluice_grpc_connections_closed_total', help: "gRPC connections closed with GOAWAY ENHANCE_YOUR_CALM, by what the peer sent too much of (GRPC_SERVER_IMPL=sluice)", labelNames: ['reason'], registers });
     this.configLoads = new Counter({ name: 'sluice_config_loads_total', help: 'Config loads by result (success, error)', labelNames: ['result'], registers });
     this.configLoadTimestamp = new Gauge({ name: 'sluice_config_last_load_success_timestamp_seconds', help: 'When the running config was loaded', registers, aggregator: 'max' });
     this.memoryEvictions = new Counter({ name: 'sluice_memory_store_evictions_total', help: 'Live counters evicted from the memory store to make room (none since keys beyond the cap go to the approximate tier; kept for dashboards)', registers });

@@ -1,10 +1,10 @@
 import { RateLimitRequest } from '../../src/gen/envoy/service/ratelimit/v3/rls';
 import { encodeHeaders } from '../../src/server/h2grpc/hpack';
 import { DATA, encodeFrame, END_HEADERS, END_STREAM, HEADERS, PING, PREFACE, SETTINGS } from '../../src/server/h2grpc/wire';
-import { CONTINUATION, H2_ERROR, RawH2, rstStream, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_CONCURRENT_STREAMS, settingsFrame, windowUpdate } from './h2-raw';
+import { CONTINUATION, H2_ERROR, RawH2, rstStream, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_CONCURRENT_STREAMS, settingsFrame, windowUpdate } from './h2-attacker';
 import { grpcFrame, SHOULD_RATE_LIMIT } from './raw-grpc';
 
-// Issue 33's attack classes, one driver each, on one raw connection (test/support/h2-raw.ts) to a
+// Issue 33's attack classes, one driver each, on one raw connection (test/support/h2-attacker.ts) to a
 // gRPC port. Every driver stops by itself (a frame count and FLOOD_MS), then reports what the
 // server did. Times count from the first abusive frame. Used by test/h2-attacks.test.ts (which
 // asserts) and bench/attacks.ts (which prints the same runs for every GRPC_SERVER_IMPL).

@@ -1,6 +1,6 @@
 import { DATA, encodeFrame, END_HEADERS, END_STREAM, HEADERS } from '../../src/server/h2grpc/wire';
 import { attackRequest, requestHeaders } from './h2-attacks';
-import { RawH2 } from './h2-raw';
+import { RawH2 } from './h2-attacker';
 import { grpcFrame } from './raw-grpc';
 import { RateLimitRequest } from '../../src/gen/envoy/service/ratelimit/v3/rls';
 

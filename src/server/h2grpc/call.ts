@@ -37,6 +37,9 @@ export interface GrpcStream {
   // Events: 'data' (a chunk), 'end', 'close', 'wantTrailers', 'error'.
   on(event: string, listener: (this: never, chunk: Buffer) => void): unknown;
   once(event: string, listener: (this: never) => void): unknown;
+  // sluice's own HTTP/2 (stream.ts): flow-control credit is given back as the call releases bytes.
+  holdCredit?(): void;
+  consumed?(bytes: number): void;
 }
 export type RequestHeaders = Record<string, string | string[] | undefined>;
 type CallStream = GrpcStream & { [CALL]?: Call };
@@ -116,6 +119,7 @@ export class Call implements Expiring {
       this.owner.deadlines.add(this);
     }
     stream[CALL] = this;
+    stream.holdCredit?.();
     stream.on('data', onData);
     stream.on('end', onEnd);
     if (this.method.requestStream || this.method.responseStream) {
@@ -143,8 +147,14 @@ export class Call implements Expiring {
     return socket?.remoteAddress === undefined ? 'unknown' : `${socket.remoteAddress}:${socket.remotePort}`;
   }
 
+  // Credit for what the client sent goes back as whole messages leave the reader: a body never
+  // finished holds its bytes (and the window they took) until the call ends.
   receive(chunk: Buffer): void {
-    if (this.done) return;
+    if (this.done) {
+      this.stream.consumed?.(chunk.length);
+      return;
+    }
+    const before = this.reader.buffered + chunk.length;
     this.reader.push(chunk);
     try {
       for (let f = this.reader.next(); f !== undefined && !this.done; f = this.reader.next()) this.message(f);
@@ -152,6 +162,7 @@ export class Call implements Expiring {
       if (!(err instanceof FrameError)) throw err;
       this.finish(err.code, err.message);
     }
+    this.stream.consumed?.(before - this.reader.buffered);
   }
 
   private message(f: Buffer): void {

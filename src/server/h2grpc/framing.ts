@@ -58,6 +58,11 @@ export class FrameReader {
     return whole.subarray(0, size);
   }
 
+  // Bytes held: of the frame being read, and any after it.
+  get buffered(): number {
+    return this.total;
+  }
+
   // Bytes of an unfinished frame are left (the body ended mid-message).
   get partial(): boolean {
     return this.total > 0;

@@ -4,6 +4,9 @@
 // send changes the client's decoder state and a constant block can be encoded once.
 
 export class HpackError extends Error {}
+// A block that decodes to far more than its limit (small references to large table entries): the
+// connection is closed rather than kept in step.
+export class HpackBomb extends HpackError {}
 
 // RFC 7541 Appendix A.
 const STATIC_TABLE: readonly (readonly [string, string])[] = [
@@ -124,8 +127,9 @@ export class HpackDecoder {
   // One header block's fields as [name, value, name, value, ...]; an HpackError is a connection
   // error (COMPRESSION_ERROR), after which the decoder's state is undefined. `maxListBytes` bounds
   // the decoded list (names, values and 32 per field, as SETTINGS_MAX_HEADER_LIST_SIZE counts);
-  // past it the block is still decoded (the table must stay in step) and `tooLarge` is set.
-  decode(block: Buffer, maxListBytes: number): { fields: string[]; tooLarge: boolean } {
+  // past it the block is still decoded (the table must stay in step) and `tooLarge` is set, up to
+  // `bombBytes`, past which it throws HpackBomb.
+  decode(block: Buffer, maxListBytes: number, bombBytes = Infinity): { fields: string[]; tooLarge: boolean } {
     const fields: string[] = [];
     let listBytes = 0;
     let tooLarge = false;
@@ -159,8 +163,10 @@ export class HpackDecoder {
       }
       first = false;
       listBytes += name.length + value.length + 32;
-      if (listBytes > maxListBytes) tooLarge = true;
-      else fields.push(name, value);
+      if (listBytes > maxListBytes) {
+        tooLarge = true;
+        if (listBytes > bombBytes) throw new HpackBomb('HPACK bomb');
+      } else fields.push(name, value);
     }
     return { fields, tooLarge };
   }

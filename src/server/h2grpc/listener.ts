@@ -2,6 +2,7 @@ import type { Logger } from '../../logger';
 import { bindGrpc, createGrpcServer, drainGrpc, type GrpcDeps, grpcServerOptions, grpcServices } from '../grpc';
 import { grpcCredentials, type ServerTls } from '../tls';
 import { H2GrpcServer } from './server';
+import type { WireConnection } from './wire';
 
 export type GrpcServerImpl = 'grpc-js' | 'http2' | 'sluice';
 
@@ -16,11 +17,32 @@ export interface GrpcListener {
 export function createGrpcListener(impl: GrpcServerImpl, deps: GrpcDeps): GrpcListener {
   if (impl !== 'grpc-js') {
     const active = { calls: 0 };
-    return new H2GrpcServer(grpcServerOptions(deps.service.bounds), active, impl).addServices(grpcServices(deps, active));
+    const options = grpcServerOptions(deps.service.bounds, deps.connection);
+    const extra = { handshakeTimeoutMs: deps.connection?.handshakeTimeoutMs, onAbuse: abuseReport(deps) };
+    return new H2GrpcServer(options, active, impl, extra).addServices(grpcServices(deps, active));
   }
   const server = createGrpcServer(deps);
   return {
     bind: (host, port, tls) => bindGrpc(server, host, port, grpcCredentials(tls)),
     drain: (timeoutMs, logger) => drainGrpc(server, timeoutMs, logger),
+  };
+}
+
+// A connection closed for abuse: counted by reason, and logged at warn at most once a second (an
+// attacker reconnecting in a loop must not flood the log), with how many went unlogged.
+function abuseReport(deps: GrpcDeps): (c: WireConnection, what: string) => void {
+  let loggedAt = 0;
+  let unlogged = 0;
+  return (c, what) => {
+    deps.metrics.abusiveConnections.inc({ reason: what });
+    const now = Date.now();
+    if (now - loggedAt < 1000) {
+      unlogged++;
+      return;
+    }
+    loggedAt = now;
+    const peer = `${c.socket.remoteAddress}:${c.socket.remotePort}`;
+    deps.logger.warn({ event: 'grpc_connection_abusive', peer, reason: what, unlogged }, `gRPC connection from ${peer} closed (GOAWAY ENHANCE_YOUR_CALM): past its budget of ${what}`);
+    unlogged = 0;
   };
 }

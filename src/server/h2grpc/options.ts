@@ -10,6 +10,7 @@ const HONOURED = new Set([
   'grpc.enable_channelz',
   'grpc.max_receive_message_length',
   'grpc.max_concurrent_streams',
+  'grpc.max_connection_idle_ms',
   'grpc-node.max_session_memory',
   'grpc.keepalive_time_ms',
   'grpc.keepalive_timeout_ms',

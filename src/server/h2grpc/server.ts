@@ -27,18 +27,29 @@ export class H2GrpcServer implements CallOwner {
   private server: http2.Http2Server | http2.Http2SecureServer | undefined;
   private wire: WireServer | undefined;
   private readonly wireOptions: WireOptions;
+  private readonly idleMs: number | undefined;
 
   // `active`: calls being answered, counted by the handlers; what a graceful stop waits for.
   constructor(
     options: ServerOptions,
     readonly active: { calls: number },
     private readonly transport: H2Transport = 'sluice',
+    extra: { handshakeTimeoutMs?: number; onAbuse?: WireOptions['onAbuse'] } = {},
   ) {
     this.maxMessageBytes = options['grpc.max_receive_message_length'] ?? 4 * 1024 * 1024;
     this.http2Options = sessionOptions(options, transport);
     this.keepalive = keepalive(options);
     const times = keepaliveTimes(options);
-    this.wireOptions = { maxConcurrentStreams: options['grpc.max_concurrent_streams'], keepaliveMs: times?.timeMs, keepaliveTimeoutMs: times?.timeoutMs };
+    this.idleMs = options['grpc.max_connection_idle_ms'];
+    this.wireOptions = {
+      maxConcurrentStreams: options['grpc.max_concurrent_streams'],
+      keepaliveMs: times?.timeMs,
+      keepaliveTimeoutMs: times?.timeoutMs,
+      handshakeTimeoutMs: extra.handshakeTimeoutMs,
+      idleTimeoutMs: this.idleMs,
+      onAbuse: extra.onAbuse,
+      maxMessageBytes: this.maxMessageBytes,
+    };
   }
 
   addService(definition: ServiceDefinition, impl: UntypedServiceImplementation): void {
@@ -128,6 +139,8 @@ export class H2GrpcServer implements CallOwner {
     this.sessions.add(session);
     session.on('error', ignoreError);
     const stopKeepalive = this.keepalive?.(session);
+    // node:http2 has no idle timer of its own: no frame for that long closes the session gracefully.
+    if (this.idleMs !== undefined) session.setTimeout(this.idleMs, () => session.close());
     session.once('close', () => {
       this.sessions.delete(session);
       stopKeepalive?.();
@@ -138,13 +151,20 @@ export class H2GrpcServer implements CallOwner {
     stream.on('error', ignoreError);
     const contentType = headers['content-type'];
     // As grpc-js: not gRPC at all is an HTTP error, an unknown method a gRPC status.
-    if (typeof contentType !== 'string' || !contentType.startsWith('application/grpc')) {
-      stream.respond({ ':status': http2.constants.HTTP_STATUS_UNSUPPORTED_MEDIA_TYPE }, { endStream: true });
-      return;
-    }
+    if (typeof contentType !== 'string' || !contentType.startsWith('application/grpc')) return unsupportedMediaType(stream);
     const path = (headers[':path'] as string | undefined) ?? '';
     const method = this.methods.get(path);
     if (method === undefined) return respondStatus(stream, Status.UNIMPLEMENTED, `The server does not implement the method ${path}`);
     new Call(stream, headers, method, this).start();
   }
+}
+
+// 415, as grpc-js answers. On sluice's own HTTP/2 it is sent once the request has ended, as an
+// HTTP server answers a whole request: frames the client sends meanwhile are checked as on any
+// stream (RFC 9113 state, flow control, content-length).
+function unsupportedMediaType(stream: GrpcStream): void {
+  const answer = () => stream.respond({ ':status': http2.constants.HTTP_STATUS_UNSUPPORTED_MEDIA_TYPE }, { endStream: true });
+  if (stream.holdCredit === undefined) return answer();
+  stream.on('data', () => undefined);
+  stream.on('end', answer);
 }

@@ -1,66 +1,41 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import type { RequestHeaders } from './call';
-import { encodeHeaders, HpackDecoder, HpackError } from './hpack';
+import { type AbuseLimits, Budget, DEFAULT_LIMITS } from './budget';
+import {
+  ACK, COMPRESSION_ERROR, CONTINUATION, DATA, DEFAULT_FRAME_SIZE, DEFAULT_WINDOW, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM,
+  FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADERS, INTERNAL_ERROR, MAX_WINDOW, NO_ERROR, PADDED, PING, PREFACE, PRIORITY,
+  PRIORITY_FLAG, PROTOCOL_ERROR, PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTINGS, SETTINGS_ENABLE_PUSH, SETTINGS_HEADER_TABLE_SIZE,
+  SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_CONCURRENT_STREAMS, SETTINGS_MAX_FRAME_SIZE, SETTINGS_MAX_HEADER_LIST_SIZE, STREAM_CLOSED,
+  u32, WINDOW_UPDATE, writeFrameHeader,
+} from './frames';
+import { HpackBomb, HpackDecoder, HpackError } from './hpack';
+import { contentLength, requestHeaders } from './request-headers';
+import { type StreamOwner, WireStream } from './stream';
+
+export * from './frames';
+export { WireStream } from './stream';
 
 // sluice's own HTTP/2 (RFC 9113) server side, on plain sockets (GRPC_SERVER_IMPL=sluice): what a
 // gRPC server needs and nothing else. Compared with node:http2 a connection is one socket and one
-// object, a stream one small object with no event emitter, and everything a connection sends in one
-// turn of the event loop goes out in one write. Streams look to h2grpc/call.ts like the subset of
-// node:http2's ServerHttp2Stream it uses (respond, write, end, sendTrailers, events data, end,
-// close and wantTrailers).
+// object, a stream one small object with no event emitter (stream.ts), and everything a connection
+// sends in one turn of the event loop goes out in one write. What a peer can make a connection
+// cost is bounded (budget.ts); past a bound the peer is sent GOAWAY ENHANCE_YOUR_CALM and closed.
 
-export const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
-
-export const DATA = 0x0;
-export const HEADERS = 0x1;
-const PRIORITY = 0x2;
-export const RST_STREAM = 0x3;
-export const SETTINGS = 0x4;
-const PUSH_PROMISE = 0x5;
-export const PING = 0x6;
-export const GOAWAY = 0x7;
-export const WINDOW_UPDATE = 0x8;
-const CONTINUATION = 0x9;
-
-export const END_STREAM = 0x1;
-export const ACK = 0x1;
-export const END_HEADERS = 0x4;
-const PADDED = 0x8;
-const PRIORITY_FLAG = 0x20;
-
-const NO_ERROR = 0x0;
-const PROTOCOL_ERROR = 0x1;
-const INTERNAL_ERROR = 0x2;
-const FLOW_CONTROL_ERROR = 0x3;
-const STREAM_CLOSED = 0x5;
-const FRAME_SIZE_ERROR = 0x6;
-const REFUSED_STREAM = 0x7;
-const COMPRESSION_ERROR = 0x9;
-const ENHANCE_YOUR_CALM = 0xb;
-
-const SETTINGS_HEADER_TABLE_SIZE = 0x1;
-const SETTINGS_ENABLE_PUSH = 0x2;
-const SETTINGS_MAX_CONCURRENT_STREAMS = 0x3;
-export const SETTINGS_INITIAL_WINDOW_SIZE = 0x4;
-const SETTINGS_MAX_FRAME_SIZE = 0x5;
-const SETTINGS_MAX_HEADER_LIST_SIZE = 0x6;
-
-const DEFAULT_WINDOW = 65_535;
-export const MAX_WINDOW = 2 ** 31 - 1;
-const DEFAULT_FRAME_SIZE = 16_384;
 const DEFAULT_TABLE_SIZE = 4096;
 // HPACK's dynamic table size update to 0.
 const TABLE_SIZE_ZERO = Buffer.from([0x20]);
-// What we let a client send before it hears from us again: per stream and per connection.
+// What we let a client send before it hears from us again, per stream and per connection, unless
+// the largest message allowed needs more. Credit comes back only as call.ts takes whole messages
+// out of its buffer, so unfinished bodies hold at most this much per connection.
 const LOCAL_WINDOW = 1 << 20;
-// Windows are given back once this much of them is used.
-const WINDOW_REFILL = LOCAL_WINDOW / 2;
 const MAX_HEADER_LIST_BYTES = 65_536;
-// A header block (HEADERS and its CONTINUATIONs) beyond this closes the connection unread.
+// A header block (HEADERS and its CONTINUATIONs) beyond this closes the connection unread; a
+// block that decodes to more than HPACK_BOMB_BYTES (small references to large table entries) too.
 const MAX_HEADER_BLOCK_BYTES = 4 * MAX_HEADER_LIST_BYTES;
-
-type ResponseHeaders = Record<string, string | number | readonly string[] | undefined>;
+const HPACK_BOMB_BYTES = 4 * MAX_HEADER_LIST_BYTES;
+// The PING payload of the heads-up GOAWAY before an idle connection is closed.
+const IDLE_PING = Buffer.from('sluiceGA', 'latin1');
 
 export interface WireOptions {
   // SETTINGS_MAX_CONCURRENT_STREAMS; undefined: no limit announced.
@@ -68,15 +43,29 @@ export interface WireOptions {
   // A PING every keepaliveMs, the connection closed when one is not answered within keepaliveTimeoutMs.
   keepaliveMs?: number;
   keepaliveTimeoutMs?: number;
+  // The preface and the client's first SETTINGS (and the TLS handshake) must arrive within this.
+  handshakeTimeoutMs?: number;
+  // A connection with no stream for this long is told GOAWAY and closed (0 or undefined: never).
+  idleTimeoutMs?: number;
+  // The largest gRPC message a call accepts (-1: none): the receive window holds at least one.
+  maxMessageBytes?: number;
+  limits?: Partial<AbuseLimits>;
+  onAbuse?: (c: WireConnection, what: string) => void;
 }
 
 export type StreamHandler = (stream: WireStream, headers: RequestHeaders) => void;
 
+function receiveWindowFor(options: WireOptions): number {
+  const max = options.maxMessageBytes ?? -1;
+  return max < 0 ? LOCAL_WINDOW : Math.min(MAX_WINDOW, Math.max(LOCAL_WINDOW, max + 5));
+}
+
 // Our SETTINGS and the connection window, sent first on every connection; one block per option set.
 function openingFrames(options: WireOptions): Buffer {
+  const window = receiveWindowFor(options);
   const settings: [number, number][] = [
     [SETTINGS_ENABLE_PUSH, 0],
-    [SETTINGS_INITIAL_WINDOW_SIZE, LOCAL_WINDOW],
+    [SETTINGS_INITIAL_WINDOW_SIZE, window],
     [SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST_BYTES],
   ];
   if (options.maxConcurrentStreams !== undefined) settings.push([SETTINGS_MAX_CONCURRENT_STREAMS, options.maxConcurrentStreams]);
@@ -88,38 +77,9 @@ function openingFrames(options: WireOptions): Buffer {
   });
   const at = 9 + 6 * settings.length;
   writeFrameHeader(out, at, 4, WINDOW_UPDATE, 0, 0);
-  out.writeUInt32BE(LOCAL_WINDOW - DEFAULT_WINDOW, at + 9);
+  out.writeUInt32BE(window - DEFAULT_WINDOW, at + 9);
   return out;
 }
-
-function writeFrameHeader(out: Buffer, at: number, length: number, type: number, flags: number, id: number): void {
-  out[at] = length >>> 16;
-  out[at + 1] = (length >>> 8) & 0xff;
-  out[at + 2] = length & 0xff;
-  out[at + 3] = type;
-  out[at + 4] = flags;
-  out.writeUInt32BE(id, at + 5);
-}
-
-export function u32(value: number): Buffer {
-  const b = Buffer.allocUnsafe(4);
-  b.writeUInt32BE(value, 0);
-  return b;
-}
-
-const NO_PAYLOAD = Buffer.alloc(0);
-
-// One frame on its own (raw clients: bench/keys-load.ts, test/wire.test.ts); a connection writes
-// its frames into one buffer per flush instead.
-export function encodeFrame(type: number, flags: number, id: number, payload: Buffer = NO_PAYLOAD): Buffer {
-  const out = Buffer.allocUnsafe(9 + payload.length);
-  writeFrameHeader(out, 0, payload.length, type, flags, id);
-  payload.copy(out, 9);
-  return out;
-}
-
-// RST_STREAM's payload when we ended a stream the client is still sending on.
-const NO_ERROR_PAYLOAD = u32(NO_ERROR);
 
 // A connection error: GOAWAY with this code, then the connection is closed.
 class ConnectionError extends Error {
@@ -139,46 +99,69 @@ function flushAll(): void {
   dirty.length = 0;
 }
 
-// Header blocks encoded once per headers object: the constant ones call.ts sends on every call,
-// which it freezes for that.
-const encoded = new WeakMap<object, Buffer>();
-function headerBlock(headers: ResponseHeaders): Buffer {
-  let block = encoded.get(headers);
-  if (block === undefined) {
-    block = encodeHeaders(headers);
-    if (Object.isFrozen(headers)) encoded.set(headers, block);
-  }
-  return block;
+function isControl(type: number, flags: number): boolean {
+  return type === RST_STREAM || ((type === PING || type === SETTINGS) && (flags & ACK) !== 0);
 }
 
+// What one WireServer hands each of its connections.
+interface Shared {
+  readonly opening: Buffer;
+  readonly options: WireOptions;
+  readonly limits: AbuseLimits;
+  readonly window: number;
+  readonly onStream: StreamHandler;
+  readonly onClose: (c: WireConnection) => void;
+  // A peer past its budget (what it sent too much of), just before it is closed.
+  readonly onAbuse?: (c: WireConnection, what: string) => void;
+}
 
-export class WireConnection {
+export class WireConnection implements StreamOwner {
   readonly streams = new Map<number, WireStream>();
   // Peer's SETTINGS.
   private peerWindow = DEFAULT_WINDOW;
   peerMaxFrame = DEFAULT_FRAME_SIZE;
-  // Connection-level windows: what we may send, and what the client may still send us.
+  // Connection-level windows: what we may send, what the client may still send us, and the credit
+  // released by readers since our last WINDOW_UPDATE.
   sendWindow = DEFAULT_WINDOW;
-  private recvWindow = LOCAL_WINDOW;
-  private recvUsed = 0;
+  private recvWindow: number;
+  private released = 0;
   private readonly decoder = new HpackDecoder();
   private lastStreamId = 0;
   private input: Buffer | undefined;
   private prefaceSeen = false;
   private settingsSeen = false;
+  readonly openedAt = performance.now();
+  // When the last stream closed (performance.now()); the server's sweep closes idle connections.
+  idleSince = this.openedAt;
   // A header block in CONTINUATION frames: its stream, the HEADERS frame's flags, the fragments.
   private headerStream = 0;
   private headerFlags = 0;
   private headerParts: Buffer[] | undefined;
   private headerBytes = 0;
+  private headerSelfDependent = false;
   // Frames to send, four slots each: type, flags, stream id, payload.
   private out: (number | Buffer | undefined)[] = [];
   private outBytes = 0;
+  private outControl = 0;
   private queued = false;
-  // Streams whose DATA waits for window.
-  private blocked: WireStream[] = [];
+  // Streams with DATA and window of their own, waiting for connection window, oldest first.
+  private waiting: (WireStream | undefined)[] = [];
+  private waitingHead = 0;
+  // Streams whose request ended in the frames being handled: their 'end' runs after them.
+  private ending: WireStream[] = [];
+  // What the peer made us spend (budget.ts).
+  private readonly budget: Budget;
+  private streamsOpened = 0;
+  private dataSent = 0;
+  private windowUpdates = 0;
+  private priorities = 0;
+  private stuckControl = 0;
+  private paused = false;
   // GOAWAY sent (no new streams) or received (none will come); closed: the socket is gone.
   private goingAway = false;
+  // The heads-up GOAWAY of an idle close was sent; abusive: GOAWAY ENHANCE_YOUR_CALM was.
+  private idleClosing = false;
+  private abusive = false;
   closed = false;
   private keepaliveTimer: NodeJS.Timeout | undefined;
   private pingOutstanding = false;
@@ -188,27 +171,44 @@ export class WireConnection {
 
   constructor(
     readonly socket: net.Socket,
-    opening: Buffer,
-    private readonly options: WireOptions,
-    private readonly onStream: StreamHandler,
-    private readonly onClose: (c: WireConnection) => void,
+    private readonly shared: Shared,
   ) {
+    this.recvWindow = shared.window;
+    this.budget = new Budget(shared.limits.burst, shared.limits.perSecond);
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.receive(chunk));
     socket.on('error', () => socket.destroy());
     socket.on('close', () => this.socketClosed());
-    socket.write(opening);
-    if (options.keepaliveMs !== undefined) this.scheduleKeepalive();
+    socket.on('drain', () => this.drained());
+    socket.write(shared.opening);
+    if (shared.options.keepaliveMs !== undefined) this.scheduleKeepalive();
+  }
+
+  private get options(): WireOptions {
+    return this.shared.options;
+  }
+
+  get handshakeDone(): boolean {
+    return this.settingsSeen;
   }
 
   // Graceful: GOAWAY naming the last stream we will answer; the connection closes once those are.
   close(): void {
     if (this.closed || this.goingAway) return;
     this.goingAway = true;
-    const payload = Buffer.alloc(8);
-    payload.writeUInt32BE(this.lastStreamId, 0);
-    this.queue(GOAWAY, 0, 0, payload);
+    this.queue(GOAWAY, 0, 0, goaway(this.lastStreamId, NO_ERROR));
     this.closeIfIdle();
+  }
+
+  // Idle: GOAWAY naming no stream limit, then a PING; once it is answered, every stream the client
+  // opened before it saw the GOAWAY has arrived, and the real GOAWAY can name the last (grpc-go's
+  // graceful close). A client that does not answer within a second is closed anyway.
+  closeIdle(): void {
+    if (this.closed || this.goingAway || this.idleClosing) return;
+    this.idleClosing = true;
+    this.queue(GOAWAY, 0, 0, goaway(MAX_WINDOW, NO_ERROR));
+    this.queue(PING, 0, 0, IDLE_PING);
+    setTimeout(() => this.close(), 1000).unref();
   }
 
   destroy(): void {
@@ -216,7 +216,7 @@ export class WireConnection {
   }
 
   private receive(chunk: Buffer): void {
-    if (this.closed) return;
+    if (this.closed || this.abusive) return;
     const buf = this.input === undefined ? chunk : Buffer.concat([this.input, chunk]);
     this.input = undefined;
     let pos = 0;
@@ -237,10 +237,16 @@ export class WireConnection {
         const end = pos + 9 + length;
         if (buf.length < end) break;
         this.frame(buf[pos + 3], buf[pos + 4], buf.readUInt32BE(pos + 5) & 0x7fffffff, buf, pos + 9, end);
-        if (this.closed) return;
         pos = end;
+        if (this.closed || this.abusive) break;
       }
+      if (this.ending.length > 0) this.endRequests();
     } catch (err) {
+      this.ending.length = 0;
+      if (err instanceof HpackBomb || (err instanceof ConnectionError && err.code === ENHANCE_YOUR_CALM)) {
+        this.shared.onAbuse?.(this, err.message);
+        return this.fail(ENHANCE_YOUR_CALM);
+      }
       if (err instanceof ConnectionError) return this.fail(err.code);
       if (err instanceof HpackError) return this.fail(COMPRESSION_ERROR);
       // A fault of ours (or of a handler's callback): this connection ends, the process serves on,
@@ -248,14 +254,26 @@ export class WireConnection {
       process.emitWarning(err instanceof Error ? err : new Error(String(err)), 'SluiceHttp2Warning');
       return this.fail(INTERNAL_ERROR);
     }
+    if (this.closed || this.abusive) return;
     if (pos < buf.length) this.input = pos === 0 ? buf : buf.subarray(pos);
+  }
+
+  // Requests that ended in this read start now: a call the same read also reset never runs.
+  private endRequests(): void {
+    const ending = this.ending;
+    this.ending = [];
+    for (let i = 0; i < ending.length; i++) ending[i].fireEnd();
+  }
+
+  deferEnd(stream: WireStream): void {
+    this.ending.push(stream);
   }
 
   private frame(type: number, flags: number, id: number, buf: Buffer, start: number, end: number): void {
     if (!this.settingsSeen) {
       if (type !== SETTINGS || (flags & ACK) !== 0) throw new ConnectionError(PROTOCOL_ERROR, 'first frame not SETTINGS');
       this.settingsSeen = true;
-    }
+    } else if (type === SETTINGS && (flags & ACK) === 0) this.spend('SETTINGS frames');
     if (this.headerParts !== undefined && (type !== CONTINUATION || id !== this.headerStream)) {
       throw new ConnectionError(PROTOCOL_ERROR, 'header block interrupted');
     }
@@ -266,14 +284,21 @@ export class WireConnection {
         return this.headers(flags, id, buf, start, end);
       case PRIORITY:
         if (id === 0) throw new ConnectionError(PROTOCOL_ERROR, 'PRIORITY on stream 0');
-        if (end - start !== 5) this.resetStream(id, FRAME_SIZE_ERROR);
+        if (++this.priorities > this.shared.limits.priorities * (this.streamsOpened + 1)) return this.abuse('PRIORITY frames');
+        if (end - start !== 5) return this.resetStream(id, FRAME_SIZE_ERROR);
+        if ((buf.readUInt32BE(start) & 0x7fffffff) === id) return this.resetStream(id, PROTOCOL_ERROR);
         return;
-      case RST_STREAM:
+      case RST_STREAM: {
         if (end - start !== 4) throw new ConnectionError(FRAME_SIZE_ERROR, 'RST_STREAM size');
         if (id === 0 || id > this.lastStreamId) throw new ConnectionError(PROTOCOL_ERROR, 'RST_STREAM on an idle stream');
-        this.streams.get(id)?.peerReset();
+        const stream = this.streams.get(id);
+        if (stream === undefined) return;
+        // A call reset before we answered it (Rapid Reset when it is most of what a peer sends).
+        stream.peerReset();
+        this.spend('calls reset');
         this.closeIfIdle();
         return;
+      }
       case SETTINGS:
         return this.settings(flags, id, buf, start, end);
       case PUSH_PROMISE:
@@ -281,11 +306,13 @@ export class WireConnection {
       case PING:
         if (end - start !== 8) throw new ConnectionError(FRAME_SIZE_ERROR, 'PING size');
         if (id !== 0) throw new ConnectionError(PROTOCOL_ERROR, 'PING on a stream');
-        if (flags & ACK) this.pingAnswered();
-        else this.queue(PING, ACK, 0, Buffer.from(buf.subarray(start, end)));
+        if (flags & ACK) return this.pingAnswered(buf.subarray(start, end));
+        this.spend('PING frames');
+        this.queue(PING, ACK, 0, Buffer.from(buf.subarray(start, end)));
         return;
       case GOAWAY:
         if (id !== 0) throw new ConnectionError(PROTOCOL_ERROR, 'GOAWAY on a stream');
+        if (end - start < 8) throw new ConnectionError(FRAME_SIZE_ERROR, 'GOAWAY size');
         this.goingAway = true;
         this.closeIfIdle();
         return;
@@ -298,32 +325,54 @@ export class WireConnection {
     }
   }
 
+  // One unit of the abuse budget; past it, GOAWAY ENHANCE_YOUR_CALM.
+  private spend(what: string): void {
+    if (!this.budget.spend()) this.abuse(what);
+  }
+
+  // The peer spent its budget: GOAWAY ENHANCE_YOUR_CALM naming the last stream we took, nothing it
+  // sends is read any more, calls in flight have graceMs to be answered, then the socket goes.
+  private abuse(what: string): void {
+    if (this.abusive || this.closed) return;
+    this.abusive = true;
+    this.shared.onAbuse?.(this, what);
+    this.goingAway = true;
+    this.ending.length = 0;
+    this.input = undefined;
+    this.headerParts = undefined;
+    this.queue(GOAWAY, 0, 0, goaway(this.lastStreamId, ENHANCE_YOUR_CALM));
+    this.flush();
+    this.socket.pause();
+    setTimeout(() => this.socket.destroy(), this.shared.limits.graceMs).unref();
+    this.closeIfIdle();
+  }
+
   private data(flags: number, id: number, buf: Buffer, start: number, end: number): void {
     if (id === 0) throw new ConnectionError(PROTOCOL_ERROR, 'DATA on stream 0');
     const length = end - start;
     this.recvWindow -= length;
     if (this.recvWindow < 0) throw new ConnectionError(FLOW_CONTROL_ERROR, 'connection window exceeded');
-    this.recvUsed += length;
-    if (this.recvUsed >= WINDOW_REFILL) {
-      this.queue(WINDOW_UPDATE, 0, 0, u32(this.recvUsed));
-      this.recvWindow += this.recvUsed;
-      this.recvUsed = 0;
-    }
+    if (length === 0 && (flags & END_STREAM) === 0) this.spend('empty DATA frames');
+    let padding = 0;
     if (flags & PADDED) {
       if (length < 1 || buf[start] >= length) throw new ConnectionError(PROTOCOL_ERROR, 'DATA padding');
+      padding = buf[start] + 1;
       end -= buf[start];
       start++;
     }
     const stream = this.streams.get(id);
     if (stream === undefined || stream.remoteEnded) {
       if (id > this.lastStreamId) throw new ConnectionError(PROTOCOL_ERROR, 'DATA on an idle stream');
-      // A stream we ended or reset: frames in flight are expected.
-      if (stream !== undefined) this.resetStream(id, STREAM_CLOSED);
+      this.consumed(length);
+      // Half-closed or closed (RFC 9113 5.1): STREAM_CLOSED. Our calls answer once the request has
+      // ended, so a client that is not abusing us rarely has DATA in flight on a stream we closed.
+      this.resetStream(id, STREAM_CLOSED);
       return;
     }
     if (!stream.receiveWindow(length)) return this.resetStream(id, FLOW_CONTROL_ERROR);
-    if (end > start) stream.receive(buf.subarray(start, end));
-    if (flags & END_STREAM) stream.remoteEnd();
+    stream.consumed(padding);
+    if (end > start && !stream.receive(buf.subarray(start, end))) return this.resetStream(id, PROTOCOL_ERROR);
+    if (flags & END_STREAM && !stream.remoteEnd()) this.resetStream(id, PROTOCOL_ERROR);
   }
 
   private headers(flags: number, id: number, buf: Buffer, start: number, end: number): void {
@@ -333,35 +382,44 @@ export class WireConnection {
       end -= buf[start];
       start++;
     }
+    let selfDependent = false;
     if (flags & PRIORITY_FLAG) {
       if (end - start < 5) throw new ConnectionError(FRAME_SIZE_ERROR, 'HEADERS priority');
+      selfDependent = (buf.readUInt32BE(start) & 0x7fffffff) === id;
       start += 5;
     }
-    if (flags & END_HEADERS) return this.headerBlock(id, flags, buf.subarray(start, end));
+    if (flags & END_HEADERS) return this.headerBlock(id, flags, buf.subarray(start, end), selfDependent);
+    if (end === start) this.spend('empty HEADERS frames');
     this.headerStream = id;
     this.headerFlags = flags;
+    this.headerSelfDependent = selfDependent;
     this.headerParts = [Buffer.from(buf.subarray(start, end))];
     this.headerBytes = end - start;
   }
 
   private continuation(flags: number, id: number, buf: Buffer, start: number, end: number): void {
-    if (this.headerParts === undefined) throw new ConnectionError(PROTOCOL_ERROR, 'CONTINUATION without HEADERS');
+    const parts = this.headerParts;
+    if (parts === undefined) throw new ConnectionError(PROTOCOL_ERROR, 'CONTINUATION without HEADERS');
     this.headerBytes += end - start;
-    if (this.headerBytes > MAX_HEADER_BLOCK_BYTES) throw new ConnectionError(ENHANCE_YOUR_CALM, 'header block too large');
-    this.headerParts.push(Buffer.from(buf.subarray(start, end)));
+    if (this.headerBytes > MAX_HEADER_BLOCK_BYTES) throw new ConnectionError(ENHANCE_YOUR_CALM, 'header block bytes');
+    if (parts.length > this.shared.limits.continuations) throw new ConnectionError(ENHANCE_YOUR_CALM, 'CONTINUATION frames');
+    if (end === start && (flags & END_HEADERS) === 0) this.spend('empty CONTINUATION frames');
+    parts.push(Buffer.from(buf.subarray(start, end)));
     if ((flags & END_HEADERS) === 0) return;
-    const block = Buffer.concat(this.headerParts);
+    const block = Buffer.concat(parts);
     this.headerParts = undefined;
-    this.headerBlock(id, this.headerFlags, block);
+    this.headerBlock(id, this.headerFlags, block, this.headerSelfDependent);
   }
 
-  private headerBlock(id: number, flags: number, block: Buffer): void {
-    const { fields, tooLarge } = this.decoder.decode(block, MAX_HEADER_LIST_BYTES);
+  private headerBlock(id: number, flags: number, block: Buffer, selfDependent: boolean): void {
+    // Decoded whatever follows: the table must stay in step with the client's encoder.
+    const { fields, tooLarge } = this.decoder.decode(block, MAX_HEADER_LIST_BYTES, HPACK_BOMB_BYTES);
     const existing = this.streams.get(id);
     if (existing !== undefined) {
       // Trailers: they must end the stream.
-      if ((flags & END_STREAM) === 0 || existing.remoteEnded) return this.resetStream(id, PROTOCOL_ERROR);
-      existing.remoteEnd();
+      if (existing.remoteEnded) return this.resetStream(id, STREAM_CLOSED);
+      if ((flags & END_STREAM) === 0) return this.resetStream(id, PROTOCOL_ERROR);
+      if (!existing.remoteEnd()) this.resetStream(id, PROTOCOL_ERROR);
       return;
     }
     if (id <= this.lastStreamId) throw new ConnectionError(STREAM_CLOSED, `HEADERS on closed stream ${id}`);
@@ -369,13 +427,15 @@ export class WireConnection {
     if (this.goingAway) return this.resetStream(id, REFUSED_STREAM);
     const max = this.options.maxConcurrentStreams;
     if (max !== undefined && this.streams.size >= max) return this.resetStream(id, REFUSED_STREAM);
-    const headers = tooLarge ? undefined : requestHeaders(fields);
+    const headers = tooLarge || selfDependent ? undefined : requestHeaders(fields);
     if (headers === undefined) return this.resetStream(id, PROTOCOL_ERROR);
-    const stream = new WireStream(this, id, this.peerWindow);
+    const stream = new WireStream(this, id, this.peerWindow, this.shared.window);
     this.streams.set(id, stream);
+    this.streamsOpened++;
+    stream.expectLength(contentLength(headers)!);
     stream.endsNow = (flags & END_STREAM) !== 0;
-    this.onStream(stream, headers);
-    if (stream.endsNow) stream.remoteEnd();
+    this.shared.onStream(stream, headers);
+    if (stream.endsNow && !stream.remoteEnd()) this.resetStream(id, PROTOCOL_ERROR);
   }
 
   private settings(flags: number, id: number, buf: Buffer, start: number, end: number): void {
@@ -385,6 +445,7 @@ export class WireConnection {
       return;
     }
     if ((end - start) % 6 !== 0) throw new ConnectionError(FRAME_SIZE_ERROR, 'SETTINGS size');
+    let opened = false;
     for (let at = start; at < end; at += 6) {
       const value = buf.readUInt32BE(at + 2);
       switch (buf.readUInt16BE(at)) {
@@ -395,7 +456,12 @@ export class WireConnection {
           if (value > MAX_WINDOW) throw new ConnectionError(FLOW_CONTROL_ERROR, 'SETTINGS_INITIAL_WINDOW_SIZE');
           const delta = value - this.peerWindow;
           this.peerWindow = value;
-          for (const stream of this.streams.values()) stream.sendWindow += delta;
+          if (delta === 0) break;
+          for (const stream of this.streams.values()) {
+            stream.sendWindow += delta;
+            if (stream.sendWindow > MAX_WINDOW) throw new ConnectionError(FLOW_CONTROL_ERROR, 'stream window overflow');
+          }
+          opened ||= delta > 0;
           break;
         }
         case SETTINGS_MAX_FRAME_SIZE:
@@ -414,42 +480,80 @@ export class WireConnection {
       }
     }
     this.queue(SETTINGS, ACK, 0, undefined);
-    this.unblock();
+    // Only a larger initial window can let blocked answers move; each stream is visited once.
+    if (opened) for (const stream of this.streams.values()) if (stream.hasPending && stream.sendWindow > 0 && !stream.waitingForConnection) stream.sendPending();
   }
 
   private windowUpdate(id: number, buf: Buffer, start: number, end: number): void {
     if (end - start !== 4) throw new ConnectionError(FRAME_SIZE_ERROR, 'WINDOW_UPDATE size');
+    const limits = this.shared.limits;
+    if (++this.windowUpdates > limits.windowUpdates + 2 * this.streamsOpened + limits.windowUpdatesPerData * this.dataSent) return this.abuse('WINDOW_UPDATE frames');
     const increment = buf.readUInt32BE(start) & 0x7fffffff;
     if (id === 0) {
       if (increment === 0) throw new ConnectionError(PROTOCOL_ERROR, 'WINDOW_UPDATE of 0');
       this.sendWindow += increment;
       if (this.sendWindow > MAX_WINDOW) throw new ConnectionError(FLOW_CONTROL_ERROR, 'connection window overflow');
-    } else {
-      const stream = this.streams.get(id);
-      if (stream === undefined) {
-        if (id > this.lastStreamId) throw new ConnectionError(PROTOCOL_ERROR, 'WINDOW_UPDATE on an idle stream');
-        return;
-      }
-      if (increment === 0) return this.resetStream(id, PROTOCOL_ERROR);
-      stream.sendWindow += increment;
-      if (stream.sendWindow > MAX_WINDOW) return this.resetStream(id, FLOW_CONTROL_ERROR);
+      this.moveWaiting();
+      return;
     }
-    this.unblock();
+    const stream = this.streams.get(id);
+    if (stream === undefined) {
+      if (id > this.lastStreamId) throw new ConnectionError(PROTOCOL_ERROR, 'WINDOW_UPDATE on an idle stream');
+      return;
+    }
+    if (increment === 0) return this.resetStream(id, PROTOCOL_ERROR);
+    stream.sendWindow += increment;
+    if (stream.sendWindow > MAX_WINDOW) return this.resetStream(id, FLOW_CONTROL_ERROR);
+    if (stream.hasPending && !stream.waitingForConnection) stream.sendPending();
   }
 
-  // A stream error: RST_STREAM, and the stream (if we still hold it) ends as cancelled.
+  // Connection window opened: streams waiting for it move, oldest first, while it lasts. Each
+  // visit sends DATA or ends the visits, so the work is what can move, not what waits.
+  private moveWaiting(): void {
+    const waiting = this.waiting;
+    while (this.waitingHead < waiting.length && this.sendWindow > 0) {
+      const stream = waiting[this.waitingHead];
+      waiting[this.waitingHead++] = undefined;
+      stream!.waitingForConnection = false;
+      stream!.sendPending();
+    }
+    // The queue's head moves; its array is cut when half of it is behind the head.
+    if (this.waitingHead === waiting.length) {
+      waiting.length = 0;
+      this.waitingHead = 0;
+    } else if (this.waitingHead > 64 && this.waitingHead * 2 > waiting.length) {
+      this.waiting = waiting.slice(this.waitingHead);
+      this.waitingHead = 0;
+    }
+  }
+
+  waitForWindow(stream: WireStream): void {
+    if (stream.waitingForConnection) return;
+    stream.waitingForConnection = true;
+    this.waiting.push(stream);
+  }
+
+  // A stream error: RST_STREAM for it, and the stream (if we still hold it) ends as cancelled. A
+  // peer whose frames keep drawing them spends its budget (MadeYouReset, CVE-2019-9514).
   resetStream(id: number, code: number): void {
     this.queue(RST_STREAM, 0, id, u32(code));
     this.streams.get(id)?.peerReset();
+    this.spend('frames drawing RST_STREAM');
+  }
+
+  consumed(bytes: number): void {
+    this.released += bytes;
+    if (this.released >= this.shared.window / 2 && !this.closed) {
+      this.queue(WINDOW_UPDATE, 0, 0, u32(this.released));
+      this.recvWindow += this.released;
+      this.released = 0;
+    }
   }
 
   // GOAWAY with the code, what is queued and the GOAWAY written, the socket closed.
   private fail(code: number): void {
     if (this.closed) return;
-    const payload = Buffer.alloc(8);
-    payload.writeUInt32BE(this.lastStreamId, 0);
-    payload.writeUInt32BE(code, 4);
-    this.queue(GOAWAY, 0, 0, payload);
+    this.queue(GOAWAY, 0, 0, goaway(this.lastStreamId, code));
     this.flush();
     this.closed = true;
     this.socket.destroySoon();
@@ -460,17 +564,19 @@ export class WireConnection {
     this.closed = true;
     clearTimeout(this.keepaliveTimer);
     this.endStreams();
-    this.onClose(this);
+    this.shared.onClose(this);
   }
 
   private endStreams(): void {
     for (const stream of this.streams.values()) stream.peerReset();
     this.streams.clear();
-    this.blocked.length = 0;
+    this.waiting.length = 0;
+    this.waitingHead = 0;
   }
 
   streamClosed(stream: WireStream): void {
     this.streams.delete(stream.id);
+    if (this.streams.size === 0) this.idleSince = performance.now();
     this.closeIfIdle();
   }
 
@@ -488,6 +594,8 @@ export class WireConnection {
     if (this.closed) return;
     this.out.push(type, flags, id, payload);
     this.outBytes += 9 + (payload === undefined ? 0 : payload.length);
+    if (type === DATA) this.dataSent++;
+    else if (isControl(type, flags)) this.outControl++;
     if (!this.queued) {
       this.queued = true;
       if (dirty.push(this) === 1) setImmediate(flushAll);
@@ -511,19 +619,10 @@ export class WireConnection {
     }
   }
 
-  block(stream: WireStream): void {
-    if (!this.blocked.includes(stream)) this.blocked.push(stream);
-  }
-
-  private unblock(): void {
-    if (this.blocked.length === 0) return;
-    const waiting = this.blocked;
-    this.blocked = [];
-    for (const stream of waiting) stream.sendPending();
-  }
-
   flush(): void {
     this.queued = false;
+    const control = this.outControl;
+    this.outControl = 0;
     if (this.out.length === 0 || this.socket.destroyed) {
       this.out.length = 0;
       this.outBytes = 0;
@@ -542,6 +641,33 @@ export class WireConnection {
     frames.length = 0;
     this.outBytes = 0;
     this.socket.write(out);
+    const backlog = this.socket.writableLength;
+    if (backlog > 0) this.backlogged(backlog, control);
+  }
+
+  // The socket did not take all we wrote: the peer reads slower than it makes us write. Control
+  // answers pile up only to a bound (PING and SETTINGS floods, CVE-2019-9512/9515); past a lower
+  // one nothing more is read until the socket drains, so answers stop being asked for.
+  private backlogged(bytes: number, control: number): void {
+    const limits = this.shared.limits;
+    this.stuckControl += control;
+    if (this.stuckControl > limits.queuedControlFrames || bytes > limits.maxQueuedBytes) {
+      if (!this.abusive) this.abuse(bytes > limits.maxQueuedBytes ? 'unread answers' : 'unread control frames');
+      else this.socket.destroy();
+      return;
+    }
+    if (bytes > limits.pauseReadingBytes && !this.paused) {
+      this.paused = true;
+      this.socket.pause();
+    }
+  }
+
+  private drained(): void {
+    this.stuckControl = 0;
+    if (this.paused && !this.abusive) {
+      this.paused = false;
+      this.socket.resume();
+    }
   }
 
   // grpc-js' server keepalive: a PING every keepaliveMs, the connection closed when one is not
@@ -555,7 +681,8 @@ export class WireConnection {
     }, this.options.keepaliveMs).unref();
   }
 
-  private pingAnswered(): void {
+  private pingAnswered(payload: Buffer): void {
+    if (this.idleClosing && payload.equals(IDLE_PING)) return this.close();
     if (!this.pingOutstanding) return;
     this.pingOutstanding = false;
     clearTimeout(this.keepaliveTimer);
@@ -563,223 +690,18 @@ export class WireConnection {
   }
 }
 
-// Listeners a stream can carry: one per event (call.ts sets each once).
-type Listener = (this: WireStream, chunk: Buffer) => void;
-const NO_CHUNK = Buffer.alloc(0);
-
-export class WireStream {
-  destroyed = false;
-  closed = false;
-  remoteEnded = false;
-  // The request's HEADERS end it: a stream answered while they are dispatched needs no RST_STREAM.
-  endsNow = false;
-  private localEnded = false;
-  private recvWindow = LOCAL_WINDOW;
-  private recvUsed = 0;
-  private onData: Listener | undefined;
-  private onEnd: Listener | undefined;
-  private onClose: Listener | undefined;
-  private onWantTrailers: Listener | undefined;
-  private waitForTrailers = false;
-  // DATA waiting for window, and whether the stream ends after it (trailers or END_STREAM).
-  private pending: Buffer[] | undefined;
-  private pendingTrailers: Buffer | undefined;
-  private pendingEnd = false;
-  [key: symbol]: unknown;
-
-  constructor(
-    readonly session: WireConnection,
-    readonly id: number,
-    public sendWindow: number,
-  ) {}
-
-  on(event: string, listener: Listener): this {
-    switch (event) {
-      case 'data':
-        this.onData = listener;
-        break;
-      case 'end':
-        this.onEnd = listener;
-        break;
-      case 'close':
-        this.onClose = listener;
-        break;
-      case 'wantTrailers':
-        this.onWantTrailers = listener;
-        break;
-      default:
-        break; // 'error': streams here do not emit it
-    }
-    return this;
-  }
-
-  once(event: string, listener: Listener): this {
-    return this.on(event, listener);
-  }
-
-  respond(headers: ResponseHeaders, options?: { endStream?: boolean; waitForTrailers?: boolean }): void {
-    if (this.closed) return;
-    const end = options?.endStream === true;
-    this.waitForTrailers = options?.waitForTrailers === true;
-    this.session.queueHeaders(this.id, headerBlock(headers), end);
-    if (end) this.localEnd();
-  }
-
-  write(data: Buffer): boolean {
-    if (this.closed) return false;
-    this.sendData(data);
-    return this.pending === undefined;
-  }
-
-  end(data?: Buffer): void {
-    if (this.closed) return;
-    if (data !== undefined && data.length > 0) this.sendData(data);
-    if (this.waitForTrailers) {
-      const listener = this.onWantTrailers;
-      this.onWantTrailers = undefined;
-      listener?.call(this, NO_CHUNK);
-    } else if (this.pending === undefined) {
-      this.session.queue(DATA, END_STREAM, this.id, undefined);
-      this.localEnd();
-    } else this.pendingEnd = true;
-  }
-
-  sendTrailers(headers: ResponseHeaders): void {
-    if (this.closed) return;
-    const block = headerBlock(headers);
-    if (this.pending !== undefined) {
-      this.pendingTrailers = block;
-      return;
-    }
-    this.session.queueHeaders(this.id, block, true);
-    this.localEnd();
-  }
-
-  private sendData(data: Buffer): void {
-    if (this.pending !== undefined) {
-      this.pending.push(data);
-      return;
-    }
-    const session = this.session;
-    let at = 0;
-    while (at < data.length) {
-      const n = Math.min(data.length - at, session.peerMaxFrame, session.sendWindow, this.sendWindow);
-      if (n <= 0) {
-        this.pending = [data.subarray(at)];
-        session.block(this);
-        return;
-      }
-      session.queue(DATA, 0, this.id, at === 0 && n === data.length ? data : data.subarray(at, at + n));
-      session.sendWindow -= n;
-      this.sendWindow -= n;
-      at += n;
-    }
-  }
-
-  // The connection has window again: what waited goes out, then the end that waited for it.
-  sendPending(): void {
-    const pending = this.pending;
-    if (pending === undefined || this.closed) return;
-    this.pending = undefined;
-    for (let i = 0; i < pending.length; i++) {
-      this.sendData(pending[i]);
-      const still = this.pending as Buffer[] | undefined;
-      if (still !== undefined) {
-        still.push(...pending.slice(i + 1));
-        return;
-      }
-    }
-    if (this.pendingTrailers !== undefined) {
-      this.session.queueHeaders(this.id, this.pendingTrailers, true);
-      this.localEnd();
-    } else if (this.pendingEnd) {
-      this.session.queue(DATA, END_STREAM, this.id, undefined);
-      this.localEnd();
-    }
-  }
-
-  // Flow control of what the client sends: false when it sent beyond the window. Window is given
-  // back as it is used (call.ts holds what it needs), in WINDOW_UPDATEs of half the window.
-  receiveWindow(length: number): boolean {
-    this.recvWindow -= length;
-    if (this.recvWindow < 0) return false;
-    this.recvUsed += length;
-    if (this.recvUsed >= WINDOW_REFILL) {
-      this.session.queue(WINDOW_UPDATE, 0, this.id, u32(this.recvUsed));
-      this.recvWindow += this.recvUsed;
-      this.recvUsed = 0;
-    }
-    return true;
-  }
-
-  receive(chunk: Buffer): void {
-    this.onData?.call(this, chunk);
-  }
-
-  remoteEnd(): void {
-    if (this.remoteEnded) return;
-    this.remoteEnded = true;
-    this.onEnd?.call(this, NO_CHUNK);
-    if (this.localEnded) this.close();
-  }
-
-  // We sent END_STREAM. A client still sending is asked to stop (RST_STREAM NO_ERROR, RFC 9113
-  // 8.1): the answer is complete.
-  private localEnd(): void {
-    this.localEnded = true;
-    if (!this.remoteEnded && !this.endsNow) this.session.queue(RST_STREAM, 0, this.id, NO_ERROR_PAYLOAD);
-    this.close();
-  }
-
-  // Reset by the client, or the connection went away: closed, as a cancelled call sees it.
-  peerReset(): void {
-    if (this.closed) return;
-    this.destroyed = true;
-    this.close();
-  }
-
-  private close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.pending = undefined;
-    this.session.streamClosed(this);
-    this.onClose?.call(this, NO_CHUNK);
-  }
-}
-
-const CONNECTION_SPECIFIC = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade']);
-const REQUEST_PSEUDO = new Set([':method', ':scheme', ':path', ':authority']);
-
-// The fields of a request's header block as node:http2 gives them (a repeated field: an array),
-// or undefined when the request is malformed (RFC 9113 8.2, 8.3): an upper-case name, a pseudo-header
-// that is unknown, repeated or after a regular field, a connection-specific field, no :method,
-// :scheme or :path.
-function requestHeaders(fields: string[]): RequestHeaders | undefined {
-  const headers: RequestHeaders = {};
-  let regular = false;
-  for (let i = 0; i < fields.length; i += 2) {
-    const name = fields[i];
-    const value = fields[i + 1];
-    if (name.length === 0 || name !== name.toLowerCase()) return undefined;
-    if (name.charCodeAt(0) === 0x3a) {
-      if (regular || !REQUEST_PSEUDO.has(name) || headers[name] !== undefined) return undefined;
-    } else {
-      regular = true;
-      if (CONNECTION_SPECIFIC.has(name) || (name === 'te' && value !== 'trailers')) return undefined;
-    }
-    const had = headers[name];
-    if (had === undefined) headers[name] = value;
-    else if (typeof had === 'string') headers[name] = [had, value];
-    else (had as string[]).push(value);
-  }
-  if (headers[':method'] === undefined || headers[':scheme'] === undefined || headers[':path'] === undefined) return undefined;
-  return headers;
+function goaway(lastStreamId: number, code: number): Buffer {
+  const payload = Buffer.alloc(8);
+  payload.writeUInt32BE(lastStreamId, 0);
+  payload.writeUInt32BE(code, 4);
+  return payload;
 }
 
 // A listening server: plain TCP, or TLS offering only h2.
 export class WireServer {
   private readonly connections = new Set<WireConnection>();
-  private readonly opening: Buffer;
+  private readonly shared: Shared;
+  private readonly sweeper: NodeJS.Timeout | undefined;
   readonly server: net.Server;
 
   constructor(
@@ -788,13 +710,13 @@ export class WireServer {
     tlsOptions?: tls.TlsOptions,
     acceptsPeer?: (socket: tls.TLSSocket) => boolean,
   ) {
-    this.opening = openingFrames(options);
     const onClose = (c: WireConnection) => this.connections.delete(c);
-    const accept = (socket: net.Socket) => this.connections.add(new WireConnection(socket, this.opening, options, onStream, onClose));
+    this.shared = { opening: openingFrames(options), options, limits: { ...DEFAULT_LIMITS, ...options.limits }, window: receiveWindowFor(options), onStream, onClose, onAbuse: options.onAbuse };
+    const accept = (socket: net.Socket) => this.connections.add(new WireConnection(socket, this.shared));
     if (tlsOptions === undefined) {
       this.server = net.createServer(accept);
     } else {
-      const server = tls.createServer({ ...tlsOptions, ALPNProtocols: ['h2'] });
+      const server = tls.createServer({ ...tlsOptions, ALPNProtocols: ['h2'], handshakeTimeout: options.handshakeTimeoutMs || undefined });
       server.on('secureConnection', (socket: tls.TLSSocket) => {
         // gRPC is HTTP/2 only: a client that did not negotiate h2 is not served.
         if (socket.alpnProtocol !== 'h2' || (acceptsPeer !== undefined && !acceptsPeer(socket))) return socket.destroy();
@@ -803,15 +725,33 @@ export class WireServer {
       server.on('tlsClientError', () => {});
       this.server = server;
     }
+    // One timer for every connection's handshake and idle deadlines, a quarter of the shorter apart.
+    const handshake = options.handshakeTimeoutMs ?? 0;
+    const idle = options.idleTimeoutMs ?? 0;
+    const shortest = Math.min(handshake || Infinity, idle || Infinity);
+    if (shortest !== Infinity) {
+      this.sweeper = setInterval(() => this.sweep(handshake, idle), Math.max(10, Math.min(5000, shortest / 4))).unref();
+    }
+  }
+
+  private sweep(handshakeMs: number, idleMs: number): void {
+    const now = performance.now();
+    for (const c of this.connections) {
+      if (!c.handshakeDone) {
+        if (handshakeMs > 0 && now - c.openedAt >= handshakeMs) c.destroy();
+      } else if (idleMs > 0 && c.streams.size === 0 && now - c.idleSince >= idleMs) c.closeIdle();
+    }
   }
 
   // Stop accepting; GOAWAY on every connection, each closed once its streams are answered.
   close(done: () => void): void {
+    clearInterval(this.sweeper);
     this.server.close(() => done());
     for (const c of this.connections) c.close();
   }
 
   destroy(): void {
+    clearInterval(this.sweeper);
     for (const c of this.connections) c.destroy();
     this.server.close();
   }

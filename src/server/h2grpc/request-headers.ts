@@ -1,0 +1,69 @@
+import type { RequestHeaders } from './call';
+
+const CONNECTION_SPECIFIC = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade']);
+const REQUEST_PSEUDO = new Set([':method', ':scheme', ':path', ':authority']);
+
+// RFC 9110 5.1's token characters, lower case only (RFC 9113 8.2.1): what a field name may hold.
+const NAME_CHAR = new Uint8Array(128);
+for (const c of "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz") NAME_CHAR[c.charCodeAt(0)] = 1;
+
+function validName(name: string, from: number): boolean {
+  if (name.length <= from) return false;
+  for (let i = from; i < name.length; i++) {
+    const c = name.charCodeAt(i);
+    if (c >= 128 || NAME_CHAR[c] === 0) return false;
+  }
+  return true;
+}
+
+// RFC 9113 8.2.1: no NUL, CR or LF anywhere, no space or tab at either end.
+function validValue(value: string): boolean {
+  const n = value.length;
+  if (n === 0) return true;
+  const first = value.charCodeAt(0);
+  const last = value.charCodeAt(n - 1);
+  if (first === 0x20 || first === 0x09 || last === 0x20 || last === 0x09) return false;
+  for (let i = 0; i < n; i++) {
+    const c = value.charCodeAt(i);
+    if (c === 0 || c === 0x0a || c === 0x0d) return false;
+  }
+  return true;
+}
+
+// The fields of a request's header block as node:http2 gives them (a repeated field: an array),
+// or undefined when the request is malformed (RFC 9113 8.2, 8.3): a name that is not a lower-case
+// token, a value with NUL, CR or LF or white space at an end, a pseudo-header that is unknown,
+// repeated or after a regular field, a connection-specific field, no :method, :scheme or :path, an
+// empty :path, a content-length that is not a number.
+export function requestHeaders(fields: string[]): RequestHeaders | undefined {
+  const headers: RequestHeaders = {};
+  let regular = false;
+  for (let i = 0; i < fields.length; i += 2) {
+    const name = fields[i];
+    const value = fields[i + 1];
+    if (!validValue(value)) return undefined;
+    if (name.charCodeAt(0) === 0x3a) {
+      if (regular || !REQUEST_PSEUDO.has(name) || headers[name] !== undefined) return undefined;
+    } else {
+      regular = true;
+      if (!validName(name, 0) || CONNECTION_SPECIFIC.has(name) || (name === 'te' && value !== 'trailers')) return undefined;
+    }
+    const had = headers[name];
+    if (had === undefined) headers[name] = value;
+    else if (typeof had === 'string') headers[name] = [had, value];
+    else (had as string[]).push(value);
+  }
+  if (headers[':method'] === undefined || headers[':scheme'] === undefined || headers[':path'] === undefined || headers[':path'] === '') return undefined;
+  if (contentLength(headers) === undefined) return undefined;
+  return headers;
+}
+
+// The request's content-length: -1 when absent, undefined when malformed (not digits, or several
+// that differ).
+export function contentLength(headers: RequestHeaders): number | undefined {
+  const value = headers['content-length'];
+  if (value === undefined) return -1;
+  const values = typeof value === 'string' ? [value] : value;
+  if (values.some((v) => v !== values[0]) || !/^[0-9]{1,15}$/.test(values[0])) return undefined;
+  return Number(values[0]);
+}
