@@ -14,12 +14,11 @@ import {
   rapidReset,
   stalledHandshake,
 } from './support/h2-attacks';
-import { H2_ERROR } from './support/h2-attacker';
 import { malformedOutcome, MALFORMED } from './support/h2-malformed';
 import { type ServerProcess, spawnServer, spawnServers } from './support/process';
 import { answersNow } from './support/legit-client';
 import { type Outcome, statusKiB, underAttack } from './support/under-attack';
-import { PREFACE } from '../src/server/h2grpc/wire';
+import { ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR, NO_ERROR, PREFACE } from '../src/server/h2grpc/wire';
 
 // Issue 33: one attacker connection must not take a replica down. Each attack class of
 // test/support/h2-attacks.ts runs as raw frames against a real server process (the default
@@ -67,7 +66,7 @@ function serve(dir: string, impl: 'sluice' | 'http2', env: NodeJS.ProcessEnv = {
 
 // Closed within CLOSE_WITHIN_MS of the abuse starting, with GOAWAY `code` (null: a peer that
 // never reads, which may not see the GOAWAY).
-function calmed(r: AttackResult, code: number | null = H2_ERROR.ENHANCE_YOUR_CALM): string[] {
+function calmed(r: AttackResult, code: number | null = ENHANCE_YOUR_CALM): string[] {
   const problems: string[] = [];
   if (code !== null && r.goawayCode !== code) problems.push(`GOAWAY ${hex(r.goawayCode)}, expected ${hex(code)}`);
   if (r.closedAfterMs === undefined || r.closedAfterMs > CLOSE_WITHIN_MS) problems.push(`connection closed after ${r.closedAfterMs ?? 'never'} ms (within ${CLOSE_WITHIN_MS} ms expected)`);
@@ -124,7 +123,7 @@ describe('issue 33: one attacker connection does not take a replica down (GRPC_S
   for (const { name, run, reads } of FLOODS) {
     test(`${name}: GOAWAY 0xb, closed within 1 s, legitimate client answered`, async () => {
       const o = await underAttack(await target(), () => run(server.grpcPort));
-      assert.deepEqual([...calmed(o.attack, reads ? H2_ERROR.ENHANCE_YOUR_CALM : null), ...(await survived(o))], [], JSON.stringify(o.attack));
+      assert.deepEqual([...calmed(o.attack, reads ? ENHANCE_YOUR_CALM : null), ...(await survived(o))], [], JSON.stringify(o.attack));
     });
   }
 
@@ -151,7 +150,7 @@ describe('issue 33: one attacker connection does not take a replica down (GRPC_S
 
   test('class 5: calls each one byte short of a 1 MiB message, sent past the window: FLOW_CONTROL_ERROR, no more than ~1 MiB credit', async () => {
     const o = await underAttack(await target(), () => oneShortBodies(server.grpcPort));
-    const problems = [...calmed(o.attack, H2_ERROR.FLOW_CONTROL_ERROR), ...(await survived(o))];
+    const problems = [...calmed(o.attack, FLOW_CONTROL_ERROR), ...(await survived(o))];
     const credit = o.attack.detail.connectionCredit;
     if (credit > BODY_CREDIT) problems.push(`the server gave ${credit} bytes of connection credit for bodies it never finished (at most ${BODY_CREDIT})`);
     assert.deepEqual(problems, [], JSON.stringify(o.attack));
@@ -174,7 +173,7 @@ describe('issue 33: one attacker connection does not take a replica down (GRPC_S
     const o = await underAttack(await target(timeouts), () => idleConnection(timeouts.grpcPort, TIMEOUT_MS + CLOSE_WITHIN_MS + 500));
     const r = o.attack;
     const problems = [...closedBetween(r.closedAfterMs, TIMEOUT_MS), ...(await survived(o, timeouts))];
-    if (r.goawayCode !== H2_ERROR.NO_ERROR) problems.push(`GOAWAY ${hex(r.goawayCode)}, expected NO_ERROR`);
+    if (r.goawayCode !== NO_ERROR) problems.push(`GOAWAY ${hex(r.goawayCode)}, expected NO_ERROR`);
     if (r.detail.answered !== 1) problems.push('the call before going idle was not answered');
     assert.deepEqual(problems, [], JSON.stringify(r));
   });

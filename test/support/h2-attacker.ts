@@ -2,20 +2,14 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { setImmediate as yieldToEvents } from 'node:timers/promises';
 import { HpackDecoder } from '../../src/server/h2grpc/hpack';
-import { ACK, encodeFrame, GOAWAY, HEADERS, PING, PREFACE, RST_STREAM, SETTINGS, u32, WINDOW_UPDATE } from '../../src/server/h2grpc/wire';
+import { ACK, CONTINUATION, DEFAULT_WINDOW, encodeFrame, END_HEADERS, GOAWAY, HEADERS, PING, PREFACE, RST_STREAM, SETTINGS, u32, WINDOW_UPDATE } from '../../src/server/h2grpc/wire';
 
 // A raw HTTP/2 client for attacks (test/support/h2-attacks.ts): it writes whatever frames it is
 // given, and records what the server did about them (GOAWAY, RST_STREAMs, credit, answers, when
-// the socket closed) without keeping every frame. With `read: false` it never reads after the
+// the socket closed) without keeping every frame, as a flood draws hundreds of thousands
+// (test/support/h2-raw.ts' client keeps them all, for protocol tests). With `read: false` it never reads after the
 // first 16 KB Node buffers, as a peer that lets the server's answers pile up.
 
-export const CONTINUATION = 0x9;
-export const SETTINGS_MAX_CONCURRENT_STREAMS = 0x3;
-export const SETTINGS_INITIAL_WINDOW_SIZE = 0x4;
-export const H2_ERROR = { NO_ERROR: 0x0, PROTOCOL_ERROR: 0x1, FLOW_CONTROL_ERROR: 0x3, REFUSED_STREAM: 0x7, CANCEL: 0x8, ENHANCE_YOUR_CALM: 0xb } as const;
-// RFC 9113 6.9.2: every connection and stream starts with this much window.
-export const DEFAULT_WINDOW = 65_535;
-const CONTINUATION_FLAG_END_HEADERS = 0x4;
 // What may wait to be written before a flood waits for the kernel to take it.
 const MAX_UNSENT = 1 << 20;
 
@@ -237,7 +231,7 @@ export class RawH2 {
       // Servers here send neither padding nor priority.
       this.headerParts = [payload];
     } else this.headerParts.push(payload);
-    if ((flags & CONTINUATION_FLAG_END_HEADERS) === 0) return;
+    if ((flags & END_HEADERS) === 0) return;
     const { fields } = this.decoder.decode(Buffer.concat(this.headerParts), 1 << 20);
     this.headerParts = [];
     const answer = this.answers.get(this.headerStream) ?? {};

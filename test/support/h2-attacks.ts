@@ -1,7 +1,20 @@
 import { RateLimitRequest } from '../../src/gen/envoy/service/ratelimit/v3/rls';
 import { encodeHeaders } from '../../src/server/h2grpc/hpack';
-import { DATA, encodeFrame, END_HEADERS, END_STREAM, HEADERS, PING, PREFACE, SETTINGS } from '../../src/server/h2grpc/wire';
-import { CONTINUATION, H2_ERROR, RawH2, rstStream, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_CONCURRENT_STREAMS, settingsFrame, windowUpdate } from './h2-attacker';
+import {
+  CONTINUATION,
+  DATA,
+  encodeFrame,
+  END_HEADERS,
+  END_STREAM,
+  HEADERS,
+  PING,
+  PREFACE,
+  REFUSED_STREAM,
+  SETTINGS,
+  SETTINGS_INITIAL_WINDOW_SIZE,
+  SETTINGS_MAX_CONCURRENT_STREAMS,
+} from '../../src/server/h2grpc/wire';
+import { RawH2, rstStream, settingsFrame, windowUpdate } from './h2-attacker';
 import { grpcFrame, SHOULD_RATE_LIMIT } from './raw-grpc';
 
 // Issue 33's attack classes, one driver each, on one raw connection (test/support/h2-attacker.ts) to a
@@ -17,6 +30,9 @@ export function attackRequest(client: string): RateLimitRequest {
   return { domain: ATTACK_DOMAIN, descriptors: [{ entries: [{ key: 'client', value: client }] }], hitsAddend: 0 };
 }
 const BODY = grpcFrame(RateLimitRequest.encode(attackRequest('attacker')).finish());
+
+// RST_STREAM's code for a call the client gave up (RFC 9113 7), which the server has no use for.
+const CANCEL = 0x8;
 
 // Longest a flood goes on when the server does nothing about it.
 export const FLOOD_MS = 3_000;
@@ -148,7 +164,7 @@ export async function rapidReset(port: number): Promise<AttackResult> {
   await c.flood(
     (i) => {
       opened++;
-      return Buffer.concat([call(streamId(i)), rstStream(streamId(i), H2_ERROR.CANCEL)]);
+      return Buffer.concat([call(streamId(i)), rstStream(streamId(i), CANCEL)]);
     },
     { ...flood, maxFrames: 200_000, batch: 20 },
   );
@@ -216,7 +232,7 @@ export async function extraStreams(port: number, limit: number, extra = 50): Pro
   await c.until(() => c.resets.size >= extra, 2_000);
   // Anything else the server would reset arrives meanwhile.
   await new Promise((r) => setTimeout(r, 200));
-  const refused = [...c.resets].filter(([, code]) => code === H2_ERROR.REFUSED_STREAM).map(([id]) => id);
+  const refused = [...c.resets].filter(([, code]) => code === REFUSED_STREAM).map(([id]) => id);
   return result('streams past the concurrency limit', c, {
     opened: total,
     announcedLimit: c.serverSettings.get(SETTINGS_MAX_CONCURRENT_STREAMS) ?? -1,
