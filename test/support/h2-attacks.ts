@@ -17,9 +17,9 @@ import {
 import { RawH2, rstStream, settingsFrame, windowUpdate } from './h2-attacker';
 import { grpcFrame, SHOULD_RATE_LIMIT } from './raw-grpc';
 
-// Issue 33's attack classes, one driver each, on one raw connection (test/support/h2-attacker.ts) to a
-// gRPC port. Every driver stops by itself (a frame count and FLOOD_MS), then reports what the
-// server did. Times count from the first abusive frame. Used by test/h2-attacks.test.ts (which
+// Issue 33's attack classes, one driver each, on one raw connection (test/support/h2-attacker.ts)
+// to a gRPC port. Every driver stops by itself (after FLOOD_MS at the latest), then reports what
+// the server did. Times count from the first abusive frame. Used by test/h2-attacks.test.ts (which
 // asserts) and bench/attacks.ts (which prints the same runs for every GRPC_SERVER_IMPL).
 
 // The domain and descriptor every request here uses; ATTACK_CONFIG rules them with a limit so high
@@ -31,7 +31,8 @@ export function attackRequest(client: string): RateLimitRequest {
 }
 const BODY = grpcFrame(RateLimitRequest.encode(attackRequest('attacker')).finish());
 
-// RST_STREAM's code for a call the client gave up (RFC 9113 7), which the server has no use for.
+// RFC 9113 7: the client no longer wants the answer (not in the wire's frames.ts: a server never
+// sends it).
 const CANCEL = 0x8;
 
 // Longest a flood goes on when the server does nothing about it.
