@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { attacksBench, attacksTable } from './attacks';
 import { decisionsChart } from './chart';
 import { connectionsBench, connectionsScale, connectionsTable, setupTable } from './connections';
 import { type DecisionRow, decisionsBench } from './decisions';
@@ -18,7 +19,8 @@ const PEER_CHART = path.resolve(__dirname, '../../docs/peer.svg');
 const REGIONS_CHART = path.resolve(__dirname, '../../docs/multi-region.svg');
 
 // Only the sections named in BENCH_SECTIONS (comma-separated: micro, memory, redis-memory,
-// decisions, fleet, peer, regions, wake, tracing, connections, grpc-impl) run; all by default.
+// decisions, fleet, peer, regions, wake, tracing, connections, grpc-impl, attacks) run; all by
+// default.
 function wanted(section: string): boolean {
   const only = process.env.BENCH_SECTIONS;
   return only === undefined || only.split(',').map((s) => s.trim()).includes(section);
@@ -145,6 +147,11 @@ async function main(): Promise<void> {
       console.log(`\n  degraded answers: ${g.degraded}`);
       for (const p of g.profiles) console.log(`  profile ${p}`);
     }
+  }
+  if (wanted('attacks')) {
+    console.log('\nOne attacker connection against each gRPC server (issue 33; test/support/h2-attacks.ts), a legitimate grpc-js client calling one call after another on its own connection (1 s deadline), a new server process per row; times from the first abusive frame (handshake: from connecting; idle: from the last answer), floods stop after 3 s:');
+    console.log('');
+    console.log(attacksTable(await attacksBench()));
   }
   if (wanted('wake') && !wanted('regions')) {
     console.log('\nOne Redis script round trip from Node, back to back and after idle gaps (bench/idle-wake.ts; also printed by the regions section):');
