@@ -202,7 +202,9 @@ export class WireStream {
   receiveWindow(length: number): boolean {
     this.recvWindow -= length;
     this.held += length;
-    return this.recvWindow >= 0;
+    if (this.recvWindow < 0) return false;
+    this.giveCredit();
+    return true;
   }
 
   // The body bytes of one DATA frame (padding excluded); false when they pass the content-length.
@@ -221,7 +223,7 @@ export class WireStream {
   }
 
   // Padding, bytes the reader is done with or dropped: credit for the connection, and for the
-  // stream once half its window is used (while the client may still send).
+  // stream (while the client may still send).
   consumed(bytes: number): void {
     if (bytes <= 0) return;
     bytes = Math.min(bytes, this.held);
@@ -229,7 +231,14 @@ export class WireStream {
     this.session.consumed(bytes);
     if (this.remoteEnded || this.closed) return;
     this.released += bytes;
-    if (this.released >= this.window / 2) {
+    this.giveCredit();
+  }
+
+  // Half the window used, or the client is down to less than half: a message nearly as large as
+  // the window must find room once what came before it is read.
+  private giveCredit(): void {
+    const half = this.window / 2;
+    if (this.released > 0 && (this.released >= half || this.recvWindow < half)) {
       this.session.queue(WINDOW_UPDATE, 0, this.id, u32(this.released));
       this.recvWindow += this.released;
       this.released = 0;

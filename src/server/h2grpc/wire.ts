@@ -352,6 +352,7 @@ export class WireConnection implements StreamOwner {
     const length = end - start;
     this.recvWindow -= length;
     if (this.recvWindow < 0) throw new ConnectionError(FLOW_CONTROL_ERROR, 'connection window exceeded');
+    this.giveCredit();
     if (length === 0 && (flags & END_STREAM) === 0) this.spend('empty DATA frames');
     let padding = 0;
     if (flags & PADDED) {
@@ -543,7 +544,13 @@ export class WireConnection implements StreamOwner {
 
   consumed(bytes: number): void {
     this.released += bytes;
-    if (this.released >= this.shared.window / 2 && !this.closed) {
+    this.giveCredit();
+  }
+
+  // As a stream's (stream.ts): at half the window, or at once when the client is low on it.
+  private giveCredit(): void {
+    const half = this.shared.window / 2;
+    if (this.released > 0 && (this.released >= half || this.recvWindow < half) && !this.closed) {
       this.queue(WINDOW_UPDATE, 0, 0, u32(this.released));
       this.recvWindow += this.released;
       this.released = 0;
