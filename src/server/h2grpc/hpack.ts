@@ -106,6 +106,23 @@ function huffmanDecode(src: Buffer, start: number, end: number, out: Buffer): nu
 interface Entry {
   readonly name: string;
   readonly value: string;
+  // Its name or value holds a byte no field may hold (see UNSAFE).
+  readonly unsafe?: boolean;
+}
+
+// Bytes no field name or value may hold (RFC 9113 8.2.1): NUL, LF, CR. Checked on the octets as
+// they are decoded, which costs a fraction of a pass over the strings; white space at either end
+// of a value is checked too (UNSAFE_EDGE).
+const UNSAFE = new Uint8Array(256);
+UNSAFE[0] = UNSAFE[0x0a] = UNSAFE[0x0d] = 1;
+const UNSAFE_EDGE = new Uint8Array(256);
+UNSAFE_EDGE[0x20] = UNSAFE_EDGE[0x09] = 1;
+
+function unsafeOctets(b: Uint8Array, start: number, end: number): boolean {
+  if (end === start) return false;
+  if (UNSAFE_EDGE[b[start]] === 1 || UNSAFE_EDGE[b[end - 1]] === 1) return true;
+  for (let i = start; i < end; i++) if (UNSAFE[b[i]] === 1) return true;
+  return false;
 }
 
 const STATIC_ENTRIES: readonly Entry[] = STATIC_TABLE.map(([name, value]) => ({ name, value }));
@@ -118,6 +135,8 @@ export class HpackDecoder {
   private maxSize: number;
   private pos = 0;
   private scratch = Buffer.allocUnsafe(256);
+  // A string of the block being decoded was unsafe (see UNSAFE).
+  private unsafe = false;
 
   // `limit`: the SETTINGS_HEADER_TABLE_SIZE we announced, the most a size update may ask for.
   constructor(private readonly limit = 4096) {
@@ -129,11 +148,14 @@ export class HpackDecoder {
   // the decoded list (names, values and 32 per field, as SETTINGS_MAX_HEADER_LIST_SIZE counts);
   // past it the block is still decoded (the table must stay in step) and `tooLarge` is set, up to
   // `bombBytes`, past which it throws HpackBomb.
-  decode(block: Buffer, maxListBytes: number, bombBytes = Infinity): { fields: string[]; tooLarge: boolean } {
+  // `unsafe`: a name or value holds NUL, CR or LF, or a value starts or ends with white space
+  // (names may not hold white space at all, which the caller checks).
+  decode(block: Buffer, maxListBytes: number, bombBytes = Infinity): { fields: string[]; tooLarge: boolean; unsafe: boolean } {
     const fields: string[] = [];
     let listBytes = 0;
     let tooLarge = false;
     this.pos = 0;
+    this.unsafe = false;
     let first = true;
     while (this.pos < block.length) {
       const byte = block[this.pos];
@@ -143,11 +165,15 @@ export class HpackDecoder {
         const entry = this.entry(this.integer(block, 7));
         name = entry.name;
         value = entry.value;
+        if (entry.unsafe === true) this.unsafe = true;
       } else if (byte & 0x40) {
         const index = this.integer(block, 6);
-        name = index === 0 ? this.string(block) : this.entry(index).name;
+        const before: boolean = this.unsafe;
+        this.unsafe = false;
+        name = index === 0 ? this.string(block) : this.indexedName(index);
         value = this.string(block);
-        this.insert(name, value);
+        this.insert(name, value, this.unsafe);
+        this.unsafe ||= before;
       } else if (byte & 0x20) {
         if (!first) throw new HpackError('dynamic table size update after the first field');
         const size = this.integer(block, 5);
@@ -158,7 +184,7 @@ export class HpackDecoder {
       } else {
         // Without indexing (0000) or never indexed (0001): not added to the table.
         const index = this.integer(block, 4);
-        name = index === 0 ? this.string(block) : this.entry(index).name;
+        name = index === 0 ? this.string(block) : this.indexedName(index);
         value = this.string(block);
       }
       first = false;
@@ -168,7 +194,13 @@ export class HpackDecoder {
         if (listBytes > bombBytes) throw new HpackBomb('HPACK bomb');
       } else fields.push(name, value);
     }
-    return { fields, tooLarge };
+    return { fields, tooLarge, unsafe: this.unsafe };
+  }
+
+  private indexedName(index: number): string {
+    const entry = this.entry(index);
+    if (entry.unsafe === true) this.unsafe = true;
+    return entry.name;
   }
 
   private integer(block: Buffer, prefixBits: number): number {
@@ -195,10 +227,14 @@ export class HpackDecoder {
     const end = start + length;
     if (end > block.length) throw new HpackError('truncated string');
     this.pos = end;
-    if (!huffman) return block.toString('latin1', start, end);
+    if (!huffman) {
+      if (unsafeOctets(block, start, end)) this.unsafe = true;
+      return block.toString('latin1', start, end);
+    }
     // A Huffman code is at least 5 bits: at most 8/5 symbols per byte.
     if (this.scratch.length < length * 2) this.scratch = Buffer.allocUnsafe(length * 2);
     const n = huffmanDecode(block, start, end, this.scratch);
+    if (unsafeOctets(this.scratch, 0, n)) this.unsafe = true;
     return this.scratch.toString('latin1', 0, n);
   }
 
@@ -210,12 +246,12 @@ export class HpackDecoder {
     return entry;
   }
 
-  private insert(name: string, value: string): void {
+  private insert(name: string, value: string, unsafe: boolean): void {
     const size = name.length + value.length + 32;
     // An entry larger than the table empties it and is not added (RFC 7541 4.4).
     this.evict(size);
     if (size <= this.maxSize) {
-      this.dynamic.unshift({ name, value });
+      this.dynamic.unshift(unsafe ? { name, value, unsafe } : { name, value });
       this.size += size;
     }
   }

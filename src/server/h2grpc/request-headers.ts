@@ -16,32 +16,17 @@ function validName(name: string, from: number): boolean {
   return true;
 }
 
-// RFC 9113 8.2.1: no NUL, CR or LF anywhere, no space or tab at either end.
-function validValue(value: string): boolean {
-  const n = value.length;
-  if (n === 0) return true;
-  const first = value.charCodeAt(0);
-  const last = value.charCodeAt(n - 1);
-  if (first === 0x20 || first === 0x09 || last === 0x20 || last === 0x09) return false;
-  for (let i = 0; i < n; i++) {
-    const c = value.charCodeAt(i);
-    if (c === 0 || c === 0x0a || c === 0x0d) return false;
-  }
-  return true;
-}
-
 // The fields of a request's header block as node:http2 gives them (a repeated field: an array),
 // or undefined when the request is malformed (RFC 9113 8.2, 8.3): a name that is not a lower-case
-// token, a value with NUL, CR or LF or white space at an end, a pseudo-header that is unknown,
-// repeated or after a regular field, a connection-specific field, no :method, :scheme or :path, an
-// empty :path, a content-length that is not a number.
+// token, a pseudo-header that is unknown, repeated or after a regular field, a connection-specific
+// field, no :method, :scheme or :path, an empty :path. (NUL, CR and LF, and white space at the ends
+// of a value, are found by the HPACK decoder on the octets: hpack.ts UNSAFE.)
 export function requestHeaders(fields: string[]): RequestHeaders | undefined {
   const headers: RequestHeaders = {};
   let regular = false;
   for (let i = 0; i < fields.length; i += 2) {
     const name = fields[i];
     const value = fields[i + 1];
-    if (!validValue(value)) return undefined;
     if (name.charCodeAt(0) === 0x3a) {
       if (regular || !REQUEST_PSEUDO.has(name) || headers[name] !== undefined) return undefined;
     } else {
@@ -54,7 +39,6 @@ export function requestHeaders(fields: string[]): RequestHeaders | undefined {
     else (had as string[]).push(value);
   }
   if (headers[':method'] === undefined || headers[':scheme'] === undefined || headers[':path'] === undefined || headers[':path'] === '') return undefined;
-  if (contentLength(headers) === undefined) return undefined;
   return headers;
 }
 

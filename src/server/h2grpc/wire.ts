@@ -131,8 +131,10 @@ export class WireConnection implements StreamOwner {
   private prefaceSeen = false;
   private settingsSeen = false;
   readonly openedAt = performance.now();
-  // When the last stream closed (performance.now()); the server's sweep closes idle connections.
-  idleSince = this.openedAt;
+  // For the server's sweep: a stream opened since its last visit, and for how long it has found
+  // none open and none opened (no clock read per call).
+  streamOpened = false;
+  idleMs = 0;
   // A header block in CONTINUATION frames: its stream, the HEADERS frame's flags, the fragments.
   private headerStream = 0;
   private headerFlags = 0;
@@ -261,8 +263,9 @@ export class WireConnection implements StreamOwner {
   // Requests that ended in this read start now: a call the same read also reset never runs.
   private endRequests(): void {
     const ending = this.ending;
-    this.ending = [];
+    // A handler does not read frames, so nothing is added to the list while it runs.
     for (let i = 0; i < ending.length; i++) ending[i].fireEnd();
+    ending.length = 0;
   }
 
   deferEnd(stream: WireStream): void {
@@ -414,7 +417,7 @@ export class WireConnection implements StreamOwner {
 
   private headerBlock(id: number, flags: number, block: Buffer, selfDependent: boolean): void {
     // Decoded whatever follows: the table must stay in step with the client's encoder.
-    const { fields, tooLarge } = this.decoder.decode(block, MAX_HEADER_LIST_BYTES, HPACK_BOMB_BYTES);
+    const { fields, tooLarge, unsafe } = this.decoder.decode(block, MAX_HEADER_LIST_BYTES, HPACK_BOMB_BYTES);
     const existing = this.streams.get(id);
     if (existing !== undefined) {
       // Trailers: they must end the stream.
@@ -428,14 +431,16 @@ export class WireConnection implements StreamOwner {
     if (this.goingAway) return this.resetStream(id, REFUSED_STREAM);
     const max = this.options.maxConcurrentStreams;
     if (max !== undefined && this.streams.size >= max) return this.resetStream(id, REFUSED_STREAM);
-    const headers = tooLarge || selfDependent ? undefined : requestHeaders(fields);
-    if (headers === undefined) return this.resetStream(id, PROTOCOL_ERROR);
+    const headers = tooLarge || unsafe || selfDependent ? undefined : requestHeaders(fields);
+    const length = headers === undefined ? undefined : contentLength(headers);
+    if (length === undefined) return this.resetStream(id, PROTOCOL_ERROR);
     const stream = new WireStream(this, id, this.peerWindow, this.shared.window);
     this.streams.set(id, stream);
     this.streamsOpened++;
-    stream.expectLength(contentLength(headers)!);
+    this.streamOpened = true;
+    if (length >= 0) stream.expectLength(length);
     stream.endsNow = (flags & END_STREAM) !== 0;
-    this.shared.onStream(stream, headers);
+    this.shared.onStream(stream, headers!);
     if (stream.endsNow && !stream.remoteEnd()) this.resetStream(id, PROTOCOL_ERROR);
   }
 
@@ -583,7 +588,6 @@ export class WireConnection implements StreamOwner {
 
   streamClosed(stream: WireStream): void {
     this.streams.delete(stream.id);
-    if (this.streams.size === 0) this.idleSince = performance.now();
     this.closeIfIdle();
   }
 
@@ -737,16 +741,26 @@ export class WireServer {
     const idle = options.idleTimeoutMs ?? 0;
     const shortest = Math.min(handshake || Infinity, idle || Infinity);
     if (shortest !== Infinity) {
-      this.sweeper = setInterval(() => this.sweep(handshake, idle), Math.max(10, Math.min(5000, shortest / 4))).unref();
+      const every = Math.max(10, Math.min(5000, shortest / 4));
+      this.sweeper = setInterval(() => this.sweep(handshake, idle, every), every).unref();
     }
   }
 
-  private sweep(handshakeMs: number, idleMs: number): void {
+  // Idle time is counted in sweeps: a connection that had no stream open at one sweep and opened
+  // none before the next was idle in between. The first idle sweep may come just after its last
+  // stream closed, so one sweep more than the time is needed: closed between idleMs and idleMs +
+  // everyMs after its last call.
+  private sweep(handshakeMs: number, idleMs: number, everyMs: number): void {
     const now = performance.now();
     for (const c of this.connections) {
       if (!c.handshakeDone) {
         if (handshakeMs > 0 && now - c.openedAt >= handshakeMs) c.destroy();
-      } else if (idleMs > 0 && c.streams.size === 0 && now - c.idleSince >= idleMs) c.closeIdle();
+        continue;
+      }
+      if (idleMs <= 0) continue;
+      if (c.streams.size > 0 || c.streamOpened) c.idleMs = 0;
+      else if ((c.idleMs += everyMs) >= idleMs + everyMs) c.closeIdle();
+      c.streamOpened = false;
     }
   }
 
