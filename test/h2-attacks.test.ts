@@ -17,7 +17,7 @@ import {
 import { malformedOutcome, MALFORMED } from './support/h2-malformed';
 import { type ServerProcess, spawnServer, spawnServers } from './support/process';
 import { answersNow } from './support/legit-client';
-import { type Outcome, statusKiB, underAttack } from './support/under-attack';
+import { abusiveCloses, type Outcome, statusKiB, underAttack } from './support/under-attack';
 import { ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR, NO_ERROR, PREFACE } from '../src/server/h2grpc/wire';
 
 // Issue 33: one attacker connection must not take a replica down. Each attack class of
@@ -122,8 +122,11 @@ describe('issue 33: one attacker connection does not take a replica down (GRPC_S
   // not see the GOAWAY: only the close is asserted), the replica unharmed.
   for (const { name, run, reads } of FLOODS) {
     test(`${name}: GOAWAY 0xb, closed within 1 s, legitimate client answered`, async () => {
-      const o = await underAttack(await target(), () => run(server.grpcPort));
+      const t = await target();
+      const closesBefore = await abusiveCloses(t.httpPort);
+      const o = await underAttack(t, () => run(server.grpcPort));
       assert.deepEqual([...calmed(o.attack, reads ? ENHANCE_YOUR_CALM : null), ...(await survived(o))], [], JSON.stringify(o.attack));
+      assert.equal((await abusiveCloses(t.httpPort)) - closesBefore, 1, 'sluice_grpc_connections_closed_total counts the close');
     });
   }
 

@@ -51,12 +51,22 @@ export interface Target {
   httpPort: number;
 }
 
-// ShouldRateLimit calls decided over gRPC so far (sluice_requests_total, any result).
-export async function grpcDecisions(httpPort: number): Promise<number> {
+// The sum of a counter's series in /metrics whose labels include `labels`.
+async function counterSum(httpPort: number, name: string, labels = ''): Promise<number> {
   const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text();
   let sum = 0;
-  for (const m of text.matchAll(/^sluice_requests_total\{([^}]*)\} (\S+)$/gm)) if (m[1].includes('transport="grpc"')) sum += Number(m[2]);
+  for (const m of text.matchAll(new RegExp(`^${name}\\{([^}]*)\\} (\\S+)$`, 'gm'))) if (m[1].includes(labels)) sum += Number(m[2]);
   return sum;
+}
+
+// ShouldRateLimit calls decided over gRPC so far (sluice_requests_total, any result).
+export function grpcDecisions(httpPort: number): Promise<number> {
+  return counterSum(httpPort, 'sluice_requests_total', 'transport="grpc"');
+}
+
+// Connections closed for abuse so far (sluice_grpc_connections_closed_total, any reason).
+export function abusiveCloses(httpPort: number): Promise<number> {
+  return counterSum(httpPort, 'sluice_grpc_connections_closed_total');
 }
 
 // Runs an attack while the legitimate client calls, and keeps it calling `afterMs` longer: what
