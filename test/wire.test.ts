@@ -528,6 +528,36 @@ describe("sluice's HTTP/2: what a peer can make a connection cost", () => {
     }
   });
 
+  test('RFC 9113 5.4.2 and 5.1: what was in flight when we reset a stream is ignored; DATA after the client closed it is STREAM_CLOSED', async () => {
+    // Answered at once, before the request ends: we reset the rest of it (RST_STREAM NO_ERROR).
+    const server = await echoServer({}, (stream) => stream.respond({ ':status': 200 }, { endStream: true }));
+    try {
+      const c = await raw(server.port);
+      c.send(PREFACE, SETTINGS_FRAME, headersFrame(1, GOOD, false));
+      assert.equal((await c.next(RST_STREAM, 1)).payload.readUInt32BE(0), 0x0);
+      c.send(frame(0, 0, 1, Buffer.from('late')), headersFrame(1, { 'x-trailer': 'late' }), headersFrame(3, GOOD, false), rstStream(3), frame(0, 0, 3, Buffer.from('x')));
+      assert.equal((await c.next(RST_STREAM, 3)).payload.readUInt32BE(0), 0x0, 'our answer to stream 3 came first');
+      c.send(headersFrame(5, GOOD, false), rstStream(5));
+      await new Promise((r) => setTimeout(r, 50));
+      c.send(frame(0, 0, 5, Buffer.from('x')), headersFrame(7, GOOD));
+      await c.next(1, 7);
+      assert.equal(c.frames.filter((f) => f.type === RST_STREAM && f.id === 1).length, 1, 'nothing more for stream 1');
+      assert.equal(c.frames.some((f) => f.type === GOAWAY), false);
+      c.close();
+    } finally {
+      await server.stop();
+    }
+    const closed = await echoServer();
+    try {
+      const c = await raw(closed.port);
+      c.send(PREFACE, SETTINGS_FRAME, headersFrame(1, GOOD, false), rstStream(1), frame(0, 0, 1, Buffer.from('x')));
+      assert.equal((await c.next(RST_STREAM, 1)).payload.readUInt32BE(0), 0x5, 'DATA after the client reset it: STREAM_CLOSED');
+      c.close();
+    } finally {
+      await closed.stop();
+    }
+  });
+
   test('RFC 9113 8.2 and 8.3: empty :path, field values with CR, LF or NUL or edge white space, names that are not tokens, content-length against the body', async () => {
     const server = await echoServer();
     try {

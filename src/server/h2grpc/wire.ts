@@ -34,6 +34,8 @@ const MAX_HEADER_LIST_BYTES = 65_536;
 // block that decodes to more than HPACK_BOMB_BYTES (small references to large table entries) too.
 const MAX_HEADER_BLOCK_BYTES = 4 * MAX_HEADER_LIST_BYTES;
 const HPACK_BOMB_BYTES = 4 * MAX_HEADER_LIST_BYTES;
+// Stream ids a connection remembers having reset (see WireConnection.resetIds).
+const RECENT_RESETS = 1024;
 // The PING payload of the heads-up GOAWAY before an idle connection is closed.
 const IDLE_PING = Buffer.from('sluiceGA', 'latin1');
 
@@ -149,6 +151,9 @@ export class WireConnection implements StreamOwner {
   // Streams with DATA and window of their own, waiting for connection window, oldest first.
   private waiting: (WireStream | undefined)[] = [];
   private waitingHead = 0;
+  // Streams we sent RST_STREAM on, the newest RECENT_RESETS: what the client still sends on them
+  // was in flight and is ignored.
+  private readonly resetIds = new Set<number>();
   // Streams whose request ended in the frames being handled: their 'end' runs after them.
   private ending: WireStream[] = [];
   // What the peer made us spend (budget.ts).
@@ -368,8 +373,9 @@ export class WireConnection implements StreamOwner {
     if (stream === undefined || stream.remoteEnded) {
       if (id > this.lastStreamId) throw new ConnectionError(PROTOCOL_ERROR, 'DATA on an idle stream');
       this.consumed(length);
-      // Half-closed or closed (RFC 9113 5.1): STREAM_CLOSED. Our calls answer once the request has
-      // ended, so a client that is not abusing us rarely has DATA in flight on a stream we closed.
+      // After our RST_STREAM, frames the client sent before it saw it are ignored (RFC 9113
+      // 5.4.2); otherwise the stream is half-closed or closed by the client: STREAM_CLOSED (5.1).
+      if (stream === undefined && this.resetIds.has(id)) return;
       this.resetStream(id, STREAM_CLOSED);
       return;
     }
@@ -426,6 +432,7 @@ export class WireConnection implements StreamOwner {
       if (!existing.remoteEnd()) this.resetStream(id, PROTOCOL_ERROR);
       return;
     }
+    if (this.resetIds.has(id)) return; // trailers in flight when we reset it (RFC 9113 5.4.2)
     if (id <= this.lastStreamId) throw new ConnectionError(STREAM_CLOSED, `HEADERS on closed stream ${id}`);
     this.lastStreamId = id;
     if (this.goingAway) return this.resetStream(id, REFUSED_STREAM);
@@ -606,11 +613,20 @@ export class WireConnection implements StreamOwner {
     this.out.push(type, flags, id, payload);
     this.outBytes += 9 + (payload === undefined ? 0 : payload.length);
     if (type === DATA) this.dataSent++;
-    else if (isControl(type, flags)) this.outControl++;
+    else if (isControl(type, flags)) {
+      this.outControl++;
+      if (type === RST_STREAM) this.rememberReset(id);
+    }
     if (!this.queued) {
       this.queued = true;
       if (dirty.push(this) === 1) setImmediate(flushAll);
     }
+  }
+
+  private rememberReset(id: number): void {
+    const ids = this.resetIds;
+    ids.add(id);
+    if (ids.size > RECENT_RESETS) ids.delete(ids.values().next().value!);
   }
 
   // A header block, split into CONTINUATION frames when the client's frame size asks for it.
