@@ -5,7 +5,8 @@ import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { encodeHeaders, HpackDecoder, HpackError } from '../src/server/h2grpc/hpack';
 import { WireStream } from '../src/server/h2grpc/wire';
-import { echoServer, frame, GOAWAY, goawayCode, GOOD, headersFrame, hex, PREFACE, raw, RST_STREAM, SETTINGS_FRAME } from './support/h2-raw';
+import { WINDOW_UPDATE } from '../src/server/h2grpc/frames';
+import { echoServer, frame, GOAWAY, goawayCode, GOOD, headersFrame, hex, PREFACE, raw, RST_STREAM, rstStream, SETTINGS_FRAME, settingsFrame, windowUpdate } from './support/h2-raw';
 
 // sluice's own HTTP/2 (src/server/h2grpc/wire.ts, GRPC_SERVER_IMPL=sluice) below gRPC: HPACK
 // against RFC 7541's examples and against node:http2's encoder (Huffman, dynamic table, eviction,
@@ -325,22 +326,6 @@ describe("sluice's HTTP/2: protocol errors from raw frames", () => {
   });
 });
 
-const WINDOW_UPDATE = 8;
-const settingsFrame = (pairs: [number, number][]) => {
-  const payload = Buffer.alloc(6 * pairs.length);
-  pairs.forEach(([id, value], i) => (payload.writeUInt16BE(id, 6 * i), payload.writeUInt32BE(value, 6 * i + 2)));
-  return frame(4, 0, 0, payload);
-};
-const windowUpdate = (id: number, increment: number) => {
-  const payload = Buffer.alloc(4);
-  payload.writeUInt32BE(increment, 0);
-  return frame(WINDOW_UPDATE, 0, id, payload);
-};
-const rstStream = (id: number, code = 0x8) => {
-  const payload = Buffer.alloc(4);
-  payload.writeUInt32BE(code, 0);
-  return frame(RST_STREAM, 0, id, payload);
-};
 const streamIds = (n: number, from = 1) => Array.from({ length: n }, (_, i) => from + 2 * i);
 
 // Every visit of a blocked answer (WireStream.sendPending), counted while `body` runs.

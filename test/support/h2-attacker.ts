@@ -2,7 +2,11 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { setImmediate as yieldToEvents } from 'node:timers/promises';
 import { HpackDecoder } from '../../src/server/h2grpc/hpack';
-import { ACK, CONTINUATION, DEFAULT_WINDOW, encodeFrame, END_HEADERS, GOAWAY, HEADERS, PING, PREFACE, RST_STREAM, SETTINGS, u32, WINDOW_UPDATE } from '../../src/server/h2grpc/wire';
+import { ACK, CONTINUATION, DEFAULT_WINDOW, encodeFrame, END_HEADERS, GOAWAY, HEADERS, PING, PREFACE, RST_STREAM, SETTINGS, WINDOW_UPDATE } from '../../src/server/h2grpc/wire';
+
+import { settingsFrame } from './h2-raw';
+
+export { rstStream, settingsFrame, windowUpdate } from './h2-raw';
 
 // A raw HTTP/2 client for attacks (test/support/h2-attacks.ts): it writes whatever frames it is
 // given, and records what the server did about them (GOAWAY, RST_STREAMs, credit, answers, when
@@ -241,21 +245,4 @@ export class RawH2 {
     }
     this.answers.set(this.headerStream, answer);
   }
-}
-
-export function settingsFrame(settings: [number, number][]): Buffer {
-  const payload = Buffer.alloc(6 * settings.length);
-  settings.forEach(([id, value], i) => {
-    payload.writeUInt16BE(id, 6 * i);
-    payload.writeUInt32BE(value, 6 * i + 2);
-  });
-  return encodeFrame(SETTINGS, 0, 0, payload);
-}
-
-export function windowUpdate(id: number, increment: number): Buffer {
-  return encodeFrame(WINDOW_UPDATE, 0, id, u32(increment));
-}
-
-export function rstStream(id: number, code: number): Buffer {
-  return encodeFrame(RST_STREAM, 0, id, u32(code));
 }

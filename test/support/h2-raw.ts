@@ -1,12 +1,12 @@
 import net from 'node:net';
 import type { RequestHeaders } from '../../src/server/h2grpc/call';
 import { encodeHeaders } from '../../src/server/h2grpc/hpack';
-import { encodeFrame, WireServer, type WireStream } from '../../src/server/h2grpc/wire';
+import { encodeFrame, RST_STREAM, SETTINGS, u32, WINDOW_UPDATE, WireServer, type WireStream } from '../../src/server/h2grpc/wire';
 
 // Raw HTTP/2 for tests of sluice's own wire (test/wire.test.ts, test/h2-fuzz.test.ts): an echo
 // WireServer, and a client that writes frames byte by byte and records every frame it gets back.
 
-export const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
+export { GOAWAY, PREFACE, RST_STREAM } from '../../src/server/h2grpc/wire';
 export const frame = encodeFrame;
 export const hex = (s: string) => Buffer.from(s.replace(/\s+/g, ''), 'hex');
 
@@ -17,9 +17,7 @@ export interface Frame {
   payload: Buffer;
 }
 
-export const SETTINGS_FRAME = frame(4, 0, 0);
-export const GOAWAY = 7;
-export const RST_STREAM = 3;
+export const SETTINGS_FRAME = frame(SETTINGS, 0, 0);
 export const goawayCode = (f: Frame) => f.payload.readUInt32BE(4);
 export const headersFrame = (id: number, headers: Record<string, string>, endStream = true) => frame(1, 0x4 | (endStream ? 1 : 0), id, encodeHeaders(headers));
 export const GOOD = { ':method': 'POST', ':scheme': 'http', ':path': '/echo' };
@@ -87,4 +85,22 @@ export async function echoServer(options: ConstructorParameters<typeof WireServe
   await new Promise<void>((r) => server.server.listen(0, '127.0.0.1', r));
   const port = (server.server.address() as net.AddressInfo).port;
   return { server, port, stop: () => new Promise<void>((r) => server.close(r)) };
+}
+
+export function settingsFrame(settings: [number, number][]): Buffer {
+  const payload = Buffer.alloc(6 * settings.length);
+  settings.forEach(([id, value], i) => {
+    payload.writeUInt16BE(id, 6 * i);
+    payload.writeUInt32BE(value, 6 * i + 2);
+  });
+  return encodeFrame(SETTINGS, 0, 0, payload);
+}
+
+export function windowUpdate(id: number, increment: number): Buffer {
+  return encodeFrame(WINDOW_UPDATE, 0, id, u32(increment));
+}
+
+// CANCEL unless told otherwise, as a client gives up on a call.
+export function rstStream(id: number, code = 0x8): Buffer {
+  return encodeFrame(RST_STREAM, 0, id, u32(code));
 }
