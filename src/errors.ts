@@ -44,3 +44,13 @@ export class UnavailableError extends Error {
     this.name = 'UnavailableError';
   }
 }
+
+// The caller reset its call before the store was asked (Envoy's timeout, or an attacker's Rapid
+// Reset): nothing was decided or written → CANCELLED / 499. Not a store failure: the breaker, the
+// fallback and the degraded statistics never see it.
+export class CancelledError extends Error {
+  constructor(message = 'the caller cancelled the call before it was decided') {
+    super(message);
+    this.name = 'CancelledError';
+  }
+}

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { ManualClock } from '../src/clock';
+import { CancelledError } from '../src/errors';
 import type { Algorithm } from '../src/model';
 import { MemoryStore } from '../src/store/memory';
 import type { DecideOptions, LimitCheck, Store } from '../src/store/store';
@@ -85,6 +86,39 @@ describe('only Redis failures open the breaker', () => {
       await store.close();
     }
   });
+});
+
+describe('a call reset before its batch leaves', () => {
+  // The gRPC listener hands the store the call; a reset that arrives in a later read of the same
+  // event-loop turn (after the request was read, before the batch is written) must cost Redis
+  // nothing and must not look like a Redis failure.
+  for (const cluster of [false, true]) {
+    test(`is not sent to Redis, and the breaker and fallback never see it${cluster ? ' (cluster)' : ''}`, async () => {
+      const { store, seen } = makeStack({ port: cluster ? clusterPort : standalone.port, cluster });
+      try {
+        await ready(store);
+        await awayFromWindowEdge(DAY_MS, 60_000);
+        const c = check(1_000);
+        for (let round = 0; round < 30; round++) {
+          const reset = { cancelled: false };
+          const live = { cancelled: false };
+          const cancelledCall = store.decide([c], { ...opts, caller: reset });
+          const liveCall = store.decide([c], { ...opts, caller: live });
+          reset.cancelled = true;
+          await assert.rejects(cancelledCall, CancelledError);
+          assert.equal((await liveCall).admitted, true);
+        }
+        // A caller already gone before the store is asked.
+        await assert.rejects(store.decide([c], { ...opts, caller: { cancelled: true } }), CancelledError);
+        assert.equal((await store.peek([c], opts)).outcomes[0].remaining, 1_000 - 30, 'only the live calls were counted');
+        assert.deepEqual(seen.counts, {}, 'a cancelled call was counted as a store failure or a degraded answer');
+        assert.deepEqual(seen.breaker, []);
+        assert.equal(store.degraded?.(), undefined);
+      } finally {
+        await store.close();
+      }
+    });
+  }
 });
 
 describe('written back exactly once', () => {

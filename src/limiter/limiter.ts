@@ -124,11 +124,11 @@ export async function decideRequest(
   request: RateLimitRequest,
   store: Store,
   settings: LimiterSettings,
-  options: { deadlineAt?: number; peek?: boolean; trace?: StoreTracer } = {},
+  options: { deadlineAt?: number; caller?: { readonly cancelled: boolean }; peek?: boolean; trace?: StoreTracer } = {},
 ): Promise<LimitDecision & { plan: Plan }> {
   const plan = planRequest(config, request, settings);
   const { limits, checks, checkIndex } = plan;
-  const storeOptions = { countDeniedHits: settings.countDeniedHits, domain: request.domain, deadlineAt: options.deadlineAt };
+  const storeOptions = { countDeniedHits: settings.countDeniedHits, domain: request.domain, deadlineAt: options.deadlineAt, caller: options.caller };
   let decision: Decision = { admitted: true, outcomes: [] };
   if (checks.length > 0 && options.peek) decision = await store.peek(checks, storeOptions);
   else if (checks.length > 0) decision = options.trace ? await options.trace.decide(store, checks, storeOptions) : await store.decide(checks, storeOptions);

@@ -127,7 +127,7 @@ export function grpcServices(deps: GrpcDeps, active: { calls: number }): Service
       const deadlineAt = deadline instanceof Date ? deadline.getTime() : Number.isFinite(deadline) ? deadline : undefined;
       const request = call.request;
       const trace = tracer?.startCall('grpc', call);
-      const decided = request instanceof Refused ? Promise.reject(request.error) : service.shouldRateLimit(request, { deadlineAt, trace });
+      const decided = request instanceof Refused ? Promise.reject(request.error) : service.shouldRateLimit(request, { deadlineAt, trace, caller: call });
       decided.then(
         (response) => {
           end();

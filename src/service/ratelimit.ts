@@ -1,5 +1,5 @@
 import type { ConfigHolder } from '../config/holder';
-import { UnavailableError } from '../errors';
+import { CancelledError, UnavailableError } from '../errors';
 import type { RateLimitRequest as PbRequest, RateLimitResponse as PbResponse } from '../gen/envoy/service/ratelimit/v3/rls';
 import { decideRequest, type LimiterSettings, type LimitDecision } from '../limiter/limiter';
 import type { Logger } from '../logger';
@@ -52,16 +52,16 @@ export class RateLimitService {
 
   // Throws InvalidRequestError for a malformed request and UnavailableError when no decision can
   // be made; never answers UNKNOWN.
-  async shouldRateLimit(pb: PbRequest, call: { deadlineAt?: number; trace?: CallTrace } = {}): Promise<PbResponse> {
+  async shouldRateLimit(pb: PbRequest, call: { deadlineAt?: number; trace?: CallTrace; caller?: { readonly cancelled: boolean } } = {}): Promise<PbResponse> {
     const request = requestFromProto(pb, this.bounds);
     call.trace?.describe(request.domain, request.descriptors.length);
     const config = this.deps.config.config;
     if (config === undefined) throw new UnavailableError('no rate limit configuration loaded');
     let decision: LimitDecision;
     try {
-      decision = await decideRequest(config, request, this.deps.store, this.limiter, { deadlineAt: call.deadlineAt, trace: call.trace });
+      decision = await decideRequest(config, request, this.deps.store, this.limiter, { deadlineAt: call.deadlineAt, trace: call.trace, caller: call.caller });
     } catch (err) {
-      throw err instanceof UnavailableError ? err : new UnavailableError('counter store failed', { cause: err });
+      throw err instanceof UnavailableError || err instanceof CancelledError ? err : new UnavailableError('counter store failed', { cause: err });
     }
     this.record(request, decision);
     return responseToProto(request, decision, this.responseOptions);

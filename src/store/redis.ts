@@ -1,6 +1,7 @@
 import calculateSlot from 'cluster-key-slot';
 import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../clock';
+import { CancelledError } from '../errors';
 import { ALGORITHM_IMPLS, type AlgorithmImpl, type LimitSpec, specOf, type State } from '../limiter/algorithms';
 import { windowStart } from '../limiter/algorithms/types';
 import { admits } from '../limiter/policy';
@@ -56,6 +57,7 @@ const BATCH_REQUESTS = 64;
 interface Pending {
   all: readonly LimitCheck[];
   idx: number[];
+  caller: { readonly cancelled: boolean } | undefined;
   resolve(d: Decision): void;
   reject(err: unknown): void;
 }
@@ -104,6 +106,8 @@ export class RedisStore implements Store, SharedOps {
   // Requests waiting for the end of this event-loop turn to go to Redis together (see batched()).
   private batch: { requests: Pending[]; keys: number; countDenied: boolean } = { requests: [], keys: 0, countDenied: false };
   private flushQueued = false;
+  // Cluster calls waiting for the end of this turn (see decide()).
+  private turnWaiters: (() => void)[] = [];
   // Library loads in flight, per connection, so that a burst of "not found" loads it once.
   private readonly loading = new Map<RedisClient, Promise<void>>();
   // Sticky: a real decision has round-tripped since start (readiness).
@@ -164,8 +168,22 @@ export class RedisStore implements Store, SharedOps {
   }
 
   decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
-    if (!this.options.cluster) return this.batched(checks, options.countDeniedHits);
-    return this.decideSlots(checks, options);
+    if (!this.options.cluster) return this.batched(checks, options);
+    if (options.caller === undefined) return this.decideSlots(checks, options);
+    // A cluster's calls are not batched, but they too leave at the end of the turn, once a reset
+    // read in the same turn can be seen.
+    return this.endOfTurn().then(() => (options.caller!.cancelled ? Promise.reject(new CancelledError()) : this.decideSlots(checks, options)));
+  }
+
+  private endOfTurn(): Promise<void> {
+    return new Promise((resolve) => {
+      if (this.turnWaiters.push(resolve) > 1) return;
+      setImmediate(() => {
+        const waiters = this.turnWaiters;
+        this.turnWaiters = [];
+        for (const w of waiters) w();
+      });
+    });
   }
 
   // On a cluster: one call per hash slot group of the request.
@@ -200,13 +218,14 @@ export class RedisStore implements Store, SharedOps {
   // per batch, not once per request. Nothing waits for a batch to fill: it leaves at the end of
   // the turn's I/O callbacks (setImmediate). (process.nextTick would not batch: Node drains the
   // tick and microtask queues after each stream's callback.)
-  private batched(all: readonly LimitCheck[], countDenied: boolean): Promise<Decision> {
+  private batched(all: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    const countDenied = options.countDeniedHits;
     const idx = this.groups(all)[0];
     return new Promise((resolve, reject) => {
       const b = this.batch;
       if (b.requests.length > 0 && (b.countDenied !== countDenied || b.requests.length >= BATCH_REQUESTS || b.keys + idx.length > MAX_BATCH)) this.flush();
       this.batch.countDenied = countDenied;
-      this.batch.requests.push({ all, idx, resolve, reject });
+      this.batch.requests.push({ all, idx, caller: options.caller, resolve, reject });
       this.batch.keys += idx.length;
       if (!this.flushQueued) {
         this.flushQueued = true;
@@ -218,10 +237,22 @@ export class RedisStore implements Store, SharedOps {
     });
   }
 
+  // A call reset while it waited for the batch to leave (a later read of the same turn) is not
+  // sent: Redis never spends time on an attacker's cancelled calls ahead of Envoy's.
   private flush(): void {
-    const { requests, countDenied } = this.batch;
+    const { countDenied } = this.batch;
+    let requests = this.batch.requests;
     if (requests.length === 0) return;
     this.batch = { requests: [], keys: 0, countDenied: false };
+    if (requests.some((r) => r.caller?.cancelled === true)) {
+      const live: Pending[] = [];
+      for (const r of requests) {
+        if (r.caller?.cancelled === true) r.reject(new CancelledError());
+        else live.push(r);
+      }
+      if (live.length === 0) return;
+      requests = live;
+    }
     this.decideMany(requests, countDenied, 'request', 'decide').then(
       (results) => results.forEach((r, i) => (r instanceof Error ? requests[i].reject(r) : requests[i].resolve({ admitted: r.admitted, outcomes: r.outcomes, storeTimeMs: r.now }))),
       (err: unknown) => requests.forEach((r) => r.reject(err)),

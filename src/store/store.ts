@@ -55,6 +55,9 @@ export interface DecideOptions {
   domain?: string;
   // The caller's own deadline (ms since the epoch); the store must answer before it.
   deadlineAt?: number;
+  // The call being decided: a store that queues work checks it before sending, and refuses a call
+  // already cancelled with CancelledError (errors.ts) instead of asking Redis for it.
+  caller?: { readonly cancelled: boolean };
 }
 
 // A counter store. decide() evaluates all limits of one request atomically: no other decide()

@@ -1,5 +1,6 @@
 import type { Clock } from '../../clock';
 import type { BreakerOptions } from '../breaker';
+import { CancelledError } from '../../errors';
 import { CircuitBreaker } from '../breaker';
 import type { StoreEvents } from '../events';
 import type { DecideOptions, Decision, LimitCheck, Store } from '../store';
@@ -122,6 +123,11 @@ export class BreakerStage extends Stage {
 
   private failed(id: number, err: unknown): void {
     const message = (err as Error).message;
+    if (err instanceof CancelledError) {
+      // Never sent: says nothing about Redis.
+      this.inflight.delete(id);
+      return;
+    }
     if (!(err instanceof DeadlineExceeded)) {
       this.inflight.delete(id);
       this.o.events.storeFailure('error', message);

@@ -1,5 +1,5 @@
 import type { Clock } from '../../clock';
-import { UnavailableError } from '../../errors';
+import { CancelledError, UnavailableError } from '../../errors';
 import { specOf, windowStart } from '../../limiter/algorithms/types';
 import type { StoreEvents } from '../events';
 import type { MemoryStore } from '../memory';
@@ -76,6 +76,8 @@ export class FallbackStage extends Stage {
     try {
       decision = await this.inner.decide(checks, options);
     } catch (err) {
+      // Nobody waits for an answer, and Redis did not fail.
+      if (err instanceof CancelledError) throw err;
       return this.fallback(checks, options, err);
     }
     this.o.storeClock.observe(decision.storeTimeMs, sent, this.o.clock.now());
