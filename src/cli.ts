@@ -1,3 +1,4 @@
+import { windowNotes } from './config/dump';
 import { loadConfig, type LoadResult, warningMessage } from './config/load';
 import { ConfigError } from './errors';
 import { loadSettings, SETTINGS, type Settings } from './settings';
@@ -31,7 +32,8 @@ function checkSettings(flags: string[]): Settings {
 }
 
 // `sluice check`: validates every file under every PATH, prints every error (file:line: message)
-// and exits 1 when there is one; 2 for a usage error. Never a stack trace.
+// and exits 1 when there is one; 2 for a usage error. Never a stack trace. On success, a note per
+// rule whose window Envoy cannot be told exactly.
 export function runCheck(args: readonly string[], out: NodeJS.WritableStream, err: NodeJS.WritableStream): number {
   const paths: string[] = [];
   const flags: string[] = [];
@@ -75,6 +77,7 @@ export function runCheck(args: readonly string[], out: NodeJS.WritableStream, er
     err.write(`sluice check: ${errors.length} error(s)${warned}\n`);
     return 1;
   }
+  for (const note of windowNotes(config)) out.write(`${note}\n`);
   out.write(`OK: ${config.files.length} file(s), domains: ${[...config.domains.keys()].join(', ')}${warned}\n`);
   return 0;
 }

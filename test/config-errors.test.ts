@@ -7,6 +7,7 @@ import { describe, test } from 'node:test';
 import { ManualClock } from '../src/clock';
 import { loadConfigSources } from '../src/config/load';
 import { closest, editDistance } from '../src/config/suggest';
+import { RateLimitResponse_RateLimit_Unit as Unit } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { createLogger } from '../src/logger';
 import { d, startApp } from './support/app';
 import { REPO, runCli } from './support/process';
@@ -323,4 +324,93 @@ test('the README sample of `sluice check` is exactly what the tool prints', asyn
     const { stdout, stderr } = await runCli(c.args);
     assert.deepEqual([...stderr.split('\n'), ...stdout.split('\n')].filter((l) => l !== ''), c.expected, c.args.join(' '));
   }
+});
+
+// Envoy's current_limit can only say "N per unit" (issue 34, item 4). A window next to a unit must
+// be exactly that unit; a window alone is reported as N per the largest unit not longer than it,
+// and `sluice check` says so for every rule whose window is not one unit.
+describe('window and unit', () => {
+  const WINDOWS = [
+    'domain: w',
+    'descriptors:',
+    '  - key: s90',
+    '    rate_limit: {window: 90s, requests_per_unit: 4}',
+    '  - key: m2',
+    '    rate_limit: {window: 2m, requests_per_unit: 10}',
+    '  - key: h1',
+    '    rate_limit: {window: 1h, requests_per_unit: 100}',
+    '  - key: h36',
+    '    rate_limit: {window: 36h, requests_per_unit: 1000}',
+    '  - key: half',
+    '    rate_limit: {window: 500ms, requests_per_unit: 3}',
+    '  - key: five_minutes',
+    '    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 7}',
+    '  - key: agrees',
+    '    rate_limit: {unit: hour, window: 60m, requests_per_unit: 8}',
+    '  - key: free',
+    '    rate_limit: {unlimited: true}',
+    '',
+  ].join('\n');
+  // key → [line, window as written back, what Envoy is told]; h1 and agrees are one unit: no note.
+  const TOLD: Record<string, [number, string, number, string] | undefined> = {
+    s90: [3, '1m30s', 4, 'MINUTE'],
+    m2: [5, '2m', 10, 'MINUTE'],
+    h1: undefined,
+    h36: [9, '1d12h', 1000, 'DAY'],
+    half: [11, '500ms', 3, 'SECOND'],
+    five_minutes: [13, '5m', 7, 'MINUTE'],
+    agrees: undefined,
+  };
+  const note = (file: string, key: string) => {
+    const [line, window, n, unit] = TOLD[key]!;
+    return `${file}:${line}: note: 'w.${key}' has a ${window} window, which Envoy's current_limit cannot express: Envoy is told ${n} per ${unit}`;
+  };
+
+  test('a window and a unit that disagree are an error naming the line and the fix', () => {
+    const text = 'domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      window: 90s\n      unit: hour\n      requests_per_unit: 4\n';
+    assert.deepEqual(errorsOf(text), [
+      "c.yaml:6: 'window: 90s' disagrees with 'unit: hour': given together, the window must be exactly one hour. Drop 'unit' (Envoy is then told 4 per MINUTE) or write 'window: 1h'",
+    ]);
+    assert.deepEqual(errorsOf(text.replace('90s', '1h')), []);
+    assert.deepEqual(errorsOf(text.replace('90s', '3600s')), []);
+  });
+
+  test('`sluice check` prints what Envoy is told for each rule whose window is not one unit', async (t) => {
+    const { file } = tempConfig(t, WINDOWS);
+    const { code, stdout, stderr } = await runCli(['check', file]);
+    assert.equal(code, 0, stderr);
+    assert.equal(stderr, '');
+    const notes = Object.keys(TOLD).filter((k) => TOLD[k] !== undefined).map((k) => note(file, k));
+    assert.deepEqual(stdout.split('\n'), [...notes, 'OK: 1 file(s), domains: w', '']);
+  });
+
+  test('the notes say what a gRPC answer carries in current_limit', async (t) => {
+    const { file } = tempConfig(t, WINDOWS);
+    const s = await startApp({ configPaths: [file] });
+    try {
+      const keys = Object.keys(TOLD);
+      const answer = await s.call({ domain: 'w', descriptors: keys.map((k) => d([k, 'x'])) });
+      const told = answer.statuses.map((st) => `${st.currentLimit?.requestsPerUnit} per ${Unit[st.currentLimit?.unit ?? Unit.UNKNOWN]}`);
+      assert.deepEqual(told, ['4 per MINUTE', '10 per MINUTE', '100 per HOUR', '1000 per DAY', '3 per SECOND', '7 per MINUTE', '8 per HOUR']);
+      for (const [i, k] of keys.entries()) if (TOLD[k] !== undefined) assert.ok(note(file, k).endsWith(`Envoy is told ${told[i]}`), k);
+    } finally {
+      await s.stop();
+    }
+  });
+
+  test("the README's table of what Envoy is told is what a gRPC answer carries", async (t) => {
+    const readme = fs.readFileSync(path.join(REPO, 'README.md'), 'utf8');
+    const rows = [...readme.matchAll(/^\| `([^`]+)`[^|]*\| [^|]+ \| 10 per `([A-Z]+)`/gm)].map((m) => [m[1], m[2]]);
+    assert.ok(rows.length >= 4, 'README has the table');
+    const lines = rows.map(([window], i) => `  - key: r${i}\n    rate_limit: {window: ${window}, requests_per_unit: 10}`);
+    const { file } = tempConfig(t, `domain: w\ndescriptors:\n${lines.join('\n')}\n`);
+    const s = await startApp({ configPaths: [file] });
+    try {
+      const answer = await s.call({ domain: 'w', descriptors: rows.map((_, i) => d([`r${i}`, 'x'])) });
+      const told = answer.statuses.map((st) => Unit[st.currentLimit?.unit ?? Unit.UNKNOWN]);
+      assert.deepEqual(told, rows.map(([, unit]) => unit));
+    } finally {
+      await s.stop();
+    }
+  });
 });

@@ -245,7 +245,7 @@ test('extensions: algorithm, burst, unit_multiplier and window', () => {
     ['multiplied', 'fixed_window', 'minute', 300_000, 100],
     ['windowed', 'fixed_window', 'hour', 5_400_000, 100],
     ['short_window', 'fixed_window', 'second', 500, 3],
-    ['window_with_unit', 'fixed_window', 'minute', 30_000, 7],
+    ['window_with_unit', 'fixed_window', 'minute', 60_000, 7],
     ['week_window', 'fixed_window', 'week', 1_209_600_000, 7],
   ];
   for (const [key, algorithm, unit, periodMs, burst] of cases) {

@@ -99,6 +99,12 @@ const BAD_CASES: Record<string, [number | undefined, string][]> = {
     [13, `invalid window: "300" is not a duration: ${NOT_A_DURATION}`],
   ],
   'window_and_multiplier.yaml': [[7, "'window' and 'unit_multiplier' are mutually exclusive"]],
+  // A window next to a unit must be exactly one unit: Envoy is told N per that unit (issue 34, item 4).
+  'window_unit_disagree.yaml': [
+    [6, "'window: 90s' disagrees with 'unit: hour': given together, the window must be exactly one hour. Drop 'unit' (Envoy is then told 4 per MINUTE) or write 'window: 1h'"],
+    [10, "'window: 2h' disagrees with 'unit: hour': given together, the window must be exactly one hour. Drop 'unit' (Envoy is then told 4 per HOUR) or write 'window: 1h'"],
+    [21, "'window: 500ms' disagrees with 'unit: month': given together, the window must be exactly one month. Drop 'unit' (Envoy is then told 4 per SECOND) or write 'window: 30d'"],
+  ],
   'missing_unit.yaml': [
     [4, "invalid rate limit unit '': a rate_limit needs 'unit' (second, minute, hour, day, week, month, year) or 'window' (or 'unlimited: true')"],
   ],

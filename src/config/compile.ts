@@ -67,6 +67,8 @@ function attach(level: DescriptorNode, key: string, value: string, node: Descrip
 }
 
 const VALID_UNITS = UNITS.join(', ');
+// One unit as a `window` (a month is 30 days and a year 365, as upstream counts them).
+const ONE_UNIT_WINDOW: Record<Unit, string> = { second: '1s', minute: '1m', hour: '1h', day: '1d', week: '1w', month: '30d', year: '365d' };
 
 class FileCompiler {
   constructor(
@@ -193,7 +195,20 @@ class FileCompiler {
     }
     const windowMs = this.windowMs(rl.window, rl.lines.window);
     if (windowMs === undefined) return undefined;
+    if (unit !== undefined && windowMs !== UNIT_SECONDS[unit] * 1000) {
+      this.windowUnitDisagree(rl, unit, windowMs);
+      return undefined;
+    }
     return { unit: unit ?? unitForWindow(windowMs), periodMs: windowMs };
+  }
+
+  // Envoy's current_limit carries `unit`, so a window next to it must be exactly one unit:
+  // `window: 90s` with `unit: hour` would enforce 90 s while telling Envoy "per HOUR".
+  private windowUnitDisagree(rl: RawRateLimit, unit: Unit, windowMs: number): void {
+    const detail =
+      `'window: ${rl.window}' disagrees with 'unit: ${rl.unit}': given together, the window must be exactly one ${unit}. ` +
+      `Drop 'unit' (Envoy is then told ${rl.requestsPerUnit} per ${unitForWindow(windowMs).toUpperCase()}) or write 'window: ${ONE_UNIT_WINDOW[unit]}'`;
+    this.error(detail, rl.lines.unit);
   }
 
   private windowMs(text: string, line: number | undefined): number | undefined {

@@ -1,4 +1,5 @@
 import { UNIT_SECONDS } from '../model';
+import { formatDuration } from './duration';
 import type { CompiledConfig, DescriptorNode, RateLimitRule } from './types';
 
 function collect(node: DescriptorNode, out: RateLimitRule[]): void {
@@ -27,11 +28,10 @@ function line(rule: RateLimitRule): string {
   return `${rule.fullKey}: ${limit}, shadow_mode: ${rule.shadowMode}, quota_mode: ${rule.quotaMode}${extensions(rule)}\n`;
 }
 
-// Text for the HTTP /rlconfig endpoint: one line per rule, domains in load order, rules in the
-// order they were declared (upstream prints Go map order, i.e. random).
-export function dumpConfig(config: CompiledConfig): string {
+// Every rule of the config: domains in load order, rules in the order they were declared.
+export function rulesInOrder(config: CompiledConfig): RateLimitRule[] {
   const fileIndex = new Map(config.files.map((f, i) => [f, i]));
-  let out = '';
+  const out: RateLimitRule[] = [];
   for (const root of config.domains.values()) {
     const rules: RateLimitRule[] = [];
     collect(root, rules);
@@ -40,7 +40,26 @@ export function dumpConfig(config: CompiledConfig): string {
         (fileIndex.get(a.source.file) ?? 0) - (fileIndex.get(b.source.file) ?? 0) ||
         (a.source.line ?? 0) - (b.source.line ?? 0),
     );
-    for (const rule of rules) out += line(rule);
+    out.push(...rules);
   }
   return out;
+}
+
+// Text for the HTTP /rlconfig endpoint: one line per rule, in rulesInOrder's order (upstream
+// prints Go map order, i.e. random).
+export function dumpConfig(config: CompiledConfig): string {
+  return rulesInOrder(config).map(line).join('');
+}
+
+// What Envoy is told for each rule whose window is not exactly one unit: current_limit can only
+// say "N per unit", so a 90 s window is reported as N per MINUTE (`sluice check` prints these).
+export function windowNotes(config: CompiledConfig): string[] {
+  const notes: string[] = [];
+  for (const rule of rulesInOrder(config)) {
+    if (rule.unlimited || rule.periodMs === UNIT_SECONDS[rule.unit] * 1000) continue;
+    const where = rule.source.line === undefined ? rule.source.file : `${rule.source.file}:${rule.source.line}`;
+    const told = `${rule.requestsPerUnit} per ${rule.unit.toUpperCase()}`;
+    notes.push(`${where}: note: '${rule.fullKey}' has a ${formatDuration(rule.periodMs)} window, which Envoy's current_limit cannot express: Envoy is told ${told}`);
+  }
+  return notes;
 }
