@@ -138,6 +138,26 @@ describe('request bounds (memory store)', () => {
     assert.ok(process.memoryUsage().rss - rssBefore < 150 * 2 ** 20, 'no object per descriptor');
   });
 
+  // Issue 34, item 9: the count used to stop at the bound, so 10,000 were reported as "257".
+  test('too many descriptors over gRPC: the message gives the real count, or "more than" when the rest is malformed', async () => {
+    const before = calls();
+    const tenThousand = manyDescriptors(10_000, 'x');
+    await assert.rejects(s.call({ domain: 'b', descriptors: tenThousand }), (err: grpc.ServiceError) => {
+      assert.equal(err.code, grpc.status.INVALID_ARGUMENT);
+      assert.equal(err.details, 'request has 10000 descriptors; at most 256 allowed (MAX_DESCRIPTORS, --max-descriptors)');
+      return true;
+    });
+    // Ten thousand whole descriptors, then one cut short: the count past the bound is not known.
+    const whole = RateLimitRequest.encode({ domain: 'b', descriptors: tenThousand, hitsAddend: 0 }).finish();
+    const cut = Buffer.concat([whole, Buffer.from([18, 50, 10])]);
+    const truncated = await sendRaw(s.grpcPort, cut);
+    assert.equal(truncated.code, grpc.status.INVALID_ARGUMENT);
+    assert.equal(truncated.details, 'request has more than 256 descriptors; at most 256 allowed (MAX_DESCRIPTORS, --max-descriptors)');
+    const json = await postJson(s, JSON.stringify({ domain: 'b', descriptors: tenThousand }));
+    assert.equal(json.json.error, 'request has 10000 descriptors; at most 256 allowed (MAX_DESCRIPTORS, --max-descriptors)');
+    assert.equal(calls(), before);
+  });
+
   test('item 4: more entries than MAX_DESCRIPTOR_ENTRIES, longer values than MAX_VALUE_BYTES → INVALID_ARGUMENT', async () => {
     const before = calls();
     const entries = Array.from({ length: 33 }, (_, i): [string, string] => [i === 0 ? 'tenant' : `k${i}`, 'v']);

@@ -1,7 +1,7 @@
 import { BinaryReader, WireType } from '@bufbuild/protobuf/wire';
 import { InvalidRequestError } from '../errors';
 import { RateLimitRequest as PbRequest } from '../gen/envoy/service/ratelimit/v3/rls';
-import { checkDescriptorCount, checkEntryCount, type RequestBounds } from './request';
+import { checkEntryCount, overBound, type RequestBounds } from './request';
 
 // The gRPC deserializer of ShouldRateLimit (the generated one is RateLimitRequest.decode). Two
 // things it adds, without touching the generated code:
@@ -20,13 +20,36 @@ const strictUtf8 = (bytes: Uint8Array): string => fatalUtf8.decode(bytes);
 const DESCRIPTORS = 2;
 const ENTRIES = 1;
 
+// Descriptors from the reader's position (just after a descriptor's tag) to the end, that one
+// included: a skip each, no decoding, over a message already within MAX_REQUEST_BYTES. Undefined
+// when the rest is malformed, so the error can still say "more than".
+function countRest(reader: BinaryReader): number | undefined {
+  try {
+    let n = 1;
+    reader.skip(WireType.LengthDelimited, DESCRIPTORS);
+    while (reader.pos < reader.len) {
+      const [field, wireType] = reader.tag();
+      if (field === DESCRIPTORS && wireType === WireType.LengthDelimited) n++;
+      reader.skip(wireType, field);
+    }
+    return n;
+  } catch {
+    return undefined;
+  }
+}
+
 function countFields(bytes: Uint8Array, bounds: RequestBounds): void {
   const reader = new BinaryReader(bytes);
   let descriptors = 0;
   while (reader.pos < reader.len) {
     const [field, wireType] = reader.tag();
     if (field === DESCRIPTORS && wireType === WireType.LengthDelimited) {
-      checkDescriptorCount(++descriptors, bounds);
+      // Past the bound, count the rest, so that the error gives the real number, not bound + 1.
+      if (descriptors === bounds.maxDescriptors) {
+        const rest = countRest(reader);
+        throw overBound('request', rest === undefined ? `more than ${descriptors}` : descriptors + rest, 'maxDescriptors', bounds, 'descriptors');
+      }
+      descriptors++;
       const end = reader.uint32() + reader.pos;
       let entries = 0;
       while (reader.pos < end) {

@@ -44,11 +44,12 @@ const SETTING_OF: Record<keyof RequestBounds, string> = {
 };
 
 // "<what> has <n> <unit>; at most <max> allowed (<setting>)": names the bound and the setting.
-export function overBound(what: string, n: number, bound: keyof RequestBounds, bounds: RequestBounds, unit: string): InvalidRequestError {
+// `n` is a count, or "more than <max>" where the exact count cannot be known.
+export function overBound(what: string, n: number | string, bound: keyof RequestBounds, bounds: RequestBounds, unit: string): InvalidRequestError {
   return new InvalidRequestError(`${what} ${overText(n, bound, bounds, unit)}`);
 }
 
-function overText(n: number, bound: keyof RequestBounds, bounds: RequestBounds, unit: string): string {
+function overText(n: number | string, bound: keyof RequestBounds, bounds: RequestBounds, unit: string): string {
   return `has ${n} ${unit}; at most ${bounds[bound]} allowed (${SETTING_OF[bound]})`;
 }
 
