@@ -88,7 +88,8 @@ function recorder(root: object): { proxy: object; unknownFields(): string[] } {
 // The schema errors and unknown fields of one object, as `<path> <message>` lines; [] when valid.
 export async function validateObject(obj: K8sObject): Promise<string[]> {
   const model = await loadModel(obj.apiVersion, obj.kind);
-  const rec = recorder(obj);
+  // An instance of the model (its schema is found through the constructor), holding obj's fields.
+  const rec = recorder(Object.assign(Object.create(model.prototype) as object, obj));
   const errors: string[] = [];
   try {
     model.prototype.validate.call(rec.proxy);
