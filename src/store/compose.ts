@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { type Clock, monotonicClock } from '../clock';
-import { specOf } from '../limiter/algorithms';
 import type { Settings } from '../settings';
 import type { BreakerOptions } from './breaker';
 import type { StoreEvents } from './events';
-import { MAX_BATCH, type RestoreEntry, type SharedOps } from './shared';
+import type { OwnEntry, SharedOps } from './shared';
 import { MemoryStore } from './memory';
 import { PerSecondSplit, perSecondEvents } from './persecond';
 import type { RedisStore } from './redis';
@@ -18,6 +17,7 @@ import { Journal } from './stages/journal';
 import { LagMonitor } from './stages/lag';
 import { LastKnown } from './stages/last-known';
 import { LeaseStage } from './stages/leases';
+import { OwnHits } from './stages/own-hits';
 import type { OverLimitCacheStats } from './over-limit-cache';
 import { OverLimitCacheStage } from './stages/over-limit';
 import { ReplicaRegistry } from './stages/replicas';
@@ -97,7 +97,9 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
       : createRegion(regional, o.region, { clock: o.clock, replicas: () => replicas?.count ?? 1, budgetMs: (options) => deadline?.budgetMs(options) ?? o.storeDeadlineMs });
   const storeClock = new StoreClock(o.clock);
   const local = new MemoryStore({ clock: storeClock, maxKeys: o.memoryMaxKeys });
-  const journal = new Journal(redis, o.clock, events);
+  const own = new OwnHits();
+  // What the journal wrote back is this process' own, as what Redis decided for it.
+  const journal = new Journal(redis, o.clock, events, undefined, (e, hits, ageMs) => own.add(e, hits, e.windowStartMs ?? storeClock.now() - ageMs));
   const lastKnown = new LastKnown();
   let breaker: BreakerStage | undefined;
   const epoch = new DataEpoch((reason) => breaker?.breaker.trip(reason));
@@ -121,7 +123,8 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
     const probe = await answeredWithin(probing, o.stalledMs, 'recovery probe');
     storeClock.observe(probe.nowMs, sent, o.clock.now());
     const beat = await answeredWithin(redis.heartbeat(o.replicaId, o.replicaTtlMs, epoch.proposal), o.stalledMs, 'recovery heartbeat');
-    if (epoch.adopt(beat.epoch)) await restore(redis, lastKnown, events);
+    if (epoch.lost(beat.epoch)) await restore(redis, own.current(beat.nowMs), o.replicaId, events);
+    epoch.adopt(beat.epoch);
     // Calls sent before the probe have answered by now (one connection keeps order); let their
     // outcomes reach the journal before it is written.
     await fallback?.settleLate(o.stalledMs);
@@ -140,6 +143,7 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
     local,
     journal,
     lastKnown,
+    own,
     clock: o.clock,
     storeClock,
     share,
@@ -164,7 +168,10 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
       exhaustedMaxMs: replicaLeases ? o.region!.leaseTtlMs : undefined,
       exhaustedMinMs: replicaLeases ? () => region!.globalRoundTripMs() : undefined,
       retakeIfAsked: replicaLeases ? (c) => region!.asked(c) : undefined,
-      onGrant: (check, grant) => lastKnown.recordOne(check, grant.remaining, grant.takenAtMs),
+      onGrant: (check, grant) => {
+        lastKnown.recordOne(check, grant.remaining, grant.takenAtMs);
+        own.add(check, grant.granted, grant.takenAtMs);
+      },
       events,
     });
     top = leases;
@@ -227,10 +234,9 @@ class Lifecycle extends Stage {
   }
 }
 
-// Puts back what this replica last saw of every counter, after Redis lost its data.
-async function restore(shared: Pick<SharedOps, 'restore'>, lastKnown: LastKnown, events: StoreEvents): Promise<void> {
-  const entries: RestoreEntry[] = [];
-  for (const k of lastKnown.all()) entries.push({ key: k.key, ...specOf(k.spec), remaining: k.remaining, atMs: k.atMs });
-  for (let i = 0; i < entries.length; i += MAX_BATCH) await shared.restore(entries.slice(i, i + MAX_BATCH));
+// After Redis lost its data: puts back the hits this process had put in itself (every process
+// does, so the fleet's add up), exactly once per data lifetime (see lua/restore_own.lua).
+async function restore(shared: Pick<SharedOps, 'restoreOwn'>, entries: OwnEntry[], owner: string, events: StoreEvents): Promise<void> {
+  await shared.restoreOwn(entries, owner);
   events.restored(entries.length);
 }

@@ -10,7 +10,7 @@ import { poolAmple, poolImpl, poolPendingMs, poolUnits } from './region/pool';
 import { RefundQueue, type RefundQueueOptions } from './refund-queue';
 import { encodeCall, WireCommand } from './resp';
 import { loadScripts, type ScriptName, type Scripts } from './scripts';
-import { PartialWrite, type AbsorbEntry, type AllowanceCredit, type LeaseGrant, MAX_BATCH, type RegionDemand, type RefundEntry, type RestoreEntry, type SharedOps } from './shared';
+import { PartialWrite, type AbsorbEntry, type AllowanceCredit, type LeaseGrant, MAX_BATCH, type RegionDemand, type RefundEntry, type OwnEntry, type RestoreEntry, type SharedOps } from './shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from './store';
 import { settledWithin } from './timeout';
 
@@ -32,6 +32,7 @@ const COMMAND: Record<ScriptName, string> = {
   lease: 'sluiceLease',
   heartbeat: 'sluiceHeartbeat',
   restore: 'sluiceRestore',
+  restore_own: 'sluiceRestoreOwn',
   credit: 'sluiceCredit',
   reclaim: 'sluiceReclaim',
 };
@@ -364,6 +365,19 @@ export class RedisStore implements Store, SharedOps {
       args.push(this.time());
       for (const e of batch) args.push(luaAlgorithm(e, this.windows), e.limit, e.periodMs, e.burst, e.remaining, e.atMs);
       return this.run('restore', 'restore', batch.length, args);
+    });
+  }
+
+  // Adds back the hits process `owner` had put into each counter, once per Redis data lifetime
+  // (lua/restore_own.lua), MAX_BATCH entries per call. Each entry's marker hash shares its
+  // counter's hash tag, hence its slot.
+  async restoreOwn(entries: readonly OwnEntry[], owner: string): Promise<void> {
+    await this.inBatches(entries, (batch) => {
+      const args: Arg[] = [];
+      for (const e of batch) args.push(e.key, `${this.options.keyPrefix}{${hashTagOf(e.key)}}restored:${owner}`);
+      args.push(this.time());
+      for (const e of batch) args.push(luaAlgorithm(e, this.windows), e.limit, e.periodMs, e.burst, e.hits, e.windowStartMs ?? '', e.atMs);
+      return this.run('restore', 'restore_own', 2 * batch.length, args);
     });
   }
 
@@ -806,4 +820,12 @@ function consumed(all: readonly LimitCheck[], groups: GroupResult[]): RefundEntr
 // A multi-slot decision's time: the latest of its groups' clocks (cluster nodes' clocks differ).
 function latest(groups: GroupResult[]): number | undefined {
   return groups.length === 0 ? undefined : groups.reduce((t, g) => Math.max(t, g.now), -Infinity);
+}
+
+// What decides a key's hash slot: the text between its first '{' and the next '}' when not empty,
+// else the whole key (which keys.ts never leaves with a '}': it escapes braces in every part).
+function hashTagOf(key: string): string {
+  const open = key.indexOf('{');
+  const close = open < 0 ? -1 : key.indexOf('}', open + 1);
+  return close > open + 1 ? key.slice(open + 1, close) : key;
 }

@@ -4,9 +4,9 @@ import path from 'node:path';
 
 export const LUA_DIR = path.resolve(__dirname, '../../../lua');
 
-export type ScriptName = 'decide' | 'refund' | 'absorb' | 'lease' | 'heartbeat' | 'restore' | 'credit' | 'reclaim';
+export type ScriptName = 'decide' | 'refund' | 'absorb' | 'lease' | 'heartbeat' | 'restore' | 'restore_own' | 'credit' | 'reclaim';
 
-const NAMES: readonly ScriptName[] = ['decide', 'refund', 'absorb', 'lease', 'heartbeat', 'restore', 'credit', 'reclaim'];
+const NAMES: readonly ScriptName[] = ['decide', 'refund', 'absorb', 'lease', 'heartbeat', 'restore', 'restore_own', 'credit', 'reclaim'];
 
 function read(name: string): string {
   return fs.readFileSync(path.join(LUA_DIR, name), 'utf8');

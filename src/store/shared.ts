@@ -42,7 +42,18 @@ export interface RefundEntry extends LimitSpec {
   decidedAtMs: number;
 }
 
-// What Redis last told a replica remains of a counter, put back after Redis lost its data.
+// Hits a process put into a counter itself, put back after Redis lost its data (restoreOwn).
+export interface OwnEntry extends LimitSpec {
+  key: string;
+  hits: number;
+  // Windows: the window (Redis time, ms) the hits went to. Buckets: undefined.
+  windowStartMs?: number;
+  // Redis time of the latest of the hits (buckets: `hits` is what had not refilled by then).
+  atMs: number;
+}
+
+// A view of a counter (what Redis said remained, and when): the counter is made at least that
+// used (multi-region: a bucket a cut-off region starts deciding on its own starts empty).
 export interface RestoreEntry extends LimitSpec {
   key: string;
   remaining: number;
@@ -96,6 +107,10 @@ export interface SharedOps {
   heartbeat(replicaId: string, ttlMs: number, epoch: string): Promise<{ replicas: number; nowMs: number; epoch: string }>;
   // Makes each counter at least as used as the entry says it was (lua/restore.lua); callers batch.
   restore(entries: readonly RestoreEntry[]): Promise<void>;
+  // Adds to each counter the hits process `owner` had put into it, once per Redis data lifetime:
+  // a marker written with them (lost with them) makes a retry skip what already landed
+  // (lua/restore_own.lua); callers batch.
+  restoreOwn(entries: readonly OwnEntry[], owner: string): Promise<void>;
   leave(replicaId: string): Promise<void>;
   // One real decision (no writes) round-tripped: connection, scripts and Lua all work.
   probe(): Promise<{ nowMs: number }>;

@@ -55,12 +55,13 @@ export function redisClient(port: number, cluster = false): Redis | Cluster {
     : new Redis({ host: '127.0.0.1', port, ...common });
 }
 
-export function makeStack(o: StackOptions): { store: Store; redis: RedisStore; seen: Recorded } {
+export function makeStack(o: StackOptions): { store: Store; redis: RedisStore; seen: Recorded; client: Redis | Cluster } {
   const { events, seen } = recordingEvents();
   const settings = defaultSettings({ store: 'redis', ...o.settings });
-  const redis = new RedisStore({ clients: [redisClient(o.port, o.cluster)], cluster: o.cluster ?? false, explicitClock: o.manual, events, keyPrefix: settings.cacheKeyPrefix });
+  const client = redisClient(o.port, o.cluster);
+  const redis = new RedisStore({ clients: [client], cluster: o.cluster ?? false, explicitClock: o.manual, events, keyPrefix: settings.cacheKeyPrefix });
   const options: RedisStackOptions = { ...redisStackOptions(settings), clock: o.manual ?? monotonicClock, ...o.stack };
-  return { store: createRedisStack(redis, events, options), redis, seen };
+  return { store: createRedisStack(redis, events, options), redis, seen, client };
 }
 
 export async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {

@@ -3,7 +3,7 @@ import { type LimitSpec, specOf } from '../../limiter/algorithms';
 import { admits } from '../../limiter/policy';
 import type { PartitionPolicy } from '../../settings';
 import type { RedisStore } from '../redis';
-import { type AbsorbEntry, type LeaseGrant, PartialWrite, type RefundEntry, type RestoreEntry, type SharedOps } from '../shared';
+import { type AbsorbEntry, type LeaseGrant, PartialWrite, type RefundEntry, type OwnEntry, type RestoreEntry, type SharedOps } from '../shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from '../store';
 import { settledWithin } from '../timeout';
 import { PartitionDebt } from './debt';
@@ -243,6 +243,7 @@ export class RegionalStore implements Store, SharedOps {
 
   // An allowance lost with the regional Redis' data is leased again, not restored.
   async restore(_entries: readonly RestoreEntry[]): Promise<void> {}
+  async restoreOwn(_entries: readonly OwnEntry[], _owner: string): Promise<void> {}
 
   heartbeat(replicaId: string, ttlMs: number, epoch: string): Promise<{ replicas: number; nowMs: number; epoch: string }> {
     return this.regional.heartbeat(replicaId, ttlMs, epoch);

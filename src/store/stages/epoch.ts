@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 
 // Redis' data epoch: a value kept in Redis that every replica reads with its heartbeat. It changes
 // exactly when Redis lost its data (a restart without persistence, a flush): then the counters
-// no longer hold the hits Redis admitted before, and each replica puts back what it last saw
-// (lua/restore.lua) before Redis decides for it again.
+// no longer hold the hits Redis admitted before, and each process puts back the hits it had put
+// in itself (lua/restore_own.lua) before Redis decides for it again.
 export class DataEpoch {
   // Proposed when Redis holds none (the first replica to ask after a loss sets it). Fresh every
   // time: a replica that proposed the lost value must not set that same value again.
@@ -21,9 +21,12 @@ export class DataEpoch {
   }
 
   // Recovery's epoch: true when it differs from the one known, i.e. the data must be restored.
-  adopt(epoch: string): boolean {
-    const lost = this.known !== undefined && epoch !== this.known;
+  lost(epoch: string): boolean {
+    return this.known !== undefined && epoch !== this.known;
+  }
+
+  // Adopted once restored: a restore that failed is tried again by the next recovery.
+  adopt(epoch: string): void {
     this.known = epoch;
-    return lost;
   }
 }

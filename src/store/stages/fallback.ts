@@ -9,6 +9,7 @@ import { BreakerOpen } from './breaker';
 import { DeadlineExceeded } from './deadline';
 import type { Journal, JournalRef } from './journal';
 import type { LastKnown } from './last-known';
+import type { OwnHits } from './own-hits';
 import { seedState } from './seed';
 import { Stage } from './stage';
 import type { StoreClock } from './store-clock';
@@ -22,6 +23,8 @@ export interface FallbackOptions {
   local: MemoryStore;
   journal: Journal;
   lastKnown: LastKnown;
+  // The hits this process put into Redis (put back after Redis lost its data).
+  own: OwnHits;
   // Local clock (durations) and the estimate of Redis' clock built on it.
   clock: Clock;
   storeClock: StoreClock;
@@ -82,6 +85,7 @@ export class FallbackStage extends Stage {
     }
     this.o.storeClock.observe(decision.storeTimeMs, sent, this.o.clock.now());
     this.o.lastKnown.record(checks, decision);
+    this.recordOwn(checks, decision);
     return decision;
   }
 
@@ -96,6 +100,14 @@ export class FallbackStage extends Stage {
       const local = await this.o.local.peek(this.localChecks(checks), options);
       return { ...local, degraded: { policy, reason } };
     }
+  }
+
+  private recordOwn(checks: readonly LimitCheck[], decision: Decision): void {
+    const at = decision.storeTimeMs;
+    if (at === undefined || decision.degraded !== undefined) return;
+    decision.outcomes.forEach((o, i) => {
+      if (o.consumed) this.o.own.add(checks[i], checks[i].hits, at);
+    });
   }
 
   private noteReady(): boolean {
@@ -149,7 +161,10 @@ export class FallbackStage extends Stage {
         checks.forEach((c, i) => {
           const ref = refs[i];
           const consumed = redis.outcomes[i]?.consumed === true;
-          if (ref !== undefined && consumed) this.o.journal.cancel(ref);
+          if (ref !== undefined && consumed) {
+            this.o.journal.cancel(ref);
+            if (redis.storeTimeMs !== undefined) this.o.own.add(c, c.hits, redis.storeTimeMs);
+          }
           else if (ref !== undefined) this.o.journal.settle(ref);
           else if (consumed && redis.storeTimeMs !== undefined) {
             refunds.push({ key: c.key, ...specOf(c), hits: c.hits, decidedAtMs: redis.storeTimeMs });

@@ -37,6 +37,8 @@ export class Journal {
     private readonly clock: Clock,
     private readonly events: StoreEvents,
     private readonly maxEntries = MAX_JOURNAL,
+    // Hits that reached Redis (`ageMs`: how long ago the last of them was admitted, locally).
+    private readonly landed?: (entry: LimitSpec & { key: string; windowStartMs?: number }, hits: number, ageMs: number) => void,
   ) {}
 
   get size(): number {
@@ -123,6 +125,7 @@ export class Journal {
         if (!landed(j)) return;
         e.settled -= taken[j];
         written += taken[j];
+        this.landed?.(e, taken[j], absorb[j].ageMs);
         this.dropIfEmpty(e);
       });
       if (written > 0) this.events.writeBack(batch.length, written);
