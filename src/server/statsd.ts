@@ -1,6 +1,7 @@
 import StatsDClient, { type StatsD } from 'hot-shots';
 import type { Logger } from '../logger';
 import { type Metrics, RULE_STATS, tagPairs } from './metrics';
+import { sanitizeStatName } from './rule-stats';
 import { errType } from './upstream-series';
 
 // envoyproxy/ratelimit's statsd output, so statsd_exporter mappings and dashboards built on its
@@ -106,12 +107,6 @@ export async function upstreamCounters(metrics: Metrics): Promise<Map<string, nu
     if (type !== undefined) add(`ratelimit.service.call.should_rate_limit.${type}`, value);
   }
   return totals;
-}
-
-// Upstream's utils.SanitizeStatName: ':' and '|' would end the name in a statsd line, and the dots
-// of an IPv4 address would split it into path segments.
-export function sanitizeStatName(name: string): string {
-  return name.replace(/[:|]/g, '_').replace(/\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}/g, (ip) => ip.replaceAll('.', '_'));
 }
 
 // gostats' tag serialisation for its statsd sink: ".__key=value" per tag, sorted by key, with
