@@ -2,6 +2,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import type { DescriptorResult } from '../limiter/limiter';
 import type { OverLimitCacheStats } from '../store/over-limit-cache';
 import type { UpstreamTallies } from './prometheus-listener';
+import { DomainNotFound } from './domain-not-found';
 import { ruleLabels, type RuleLabels } from './rule-stats';
 import { registerUpstreamSeries } from './upstream-series';
 
@@ -50,6 +51,8 @@ export class Metrics {
   // WORKERS > 1: the whole set's series, and with USE_PROMETHEUS the listener's tallies
   // (server/prometheus-listener.ts), gathered by the primary in one collection (server/workers.ts).
   setSource?: () => Promise<SetScrape>;
+  // Calls for a domain no config defines (domain-not-found.ts).
+  readonly domainNotFound: DomainNotFound;
   private readonly ruleStats: Record<RuleStat, Counter<'domain' | 'key1' | 'key2'>>;
   // Hits per stats key (bounded by the config's rules, see above), by RULE_STATS index.
   private readonly ruleTallies = new Map<string, { labels: RuleLabels; counts: number[]; localCache: number }>();
@@ -122,6 +125,7 @@ export class Metrics {
       },
     });
     registerLocalCacheGauges(registers, () => keys.localCacheSource?.());
+    this.domainNotFound = new DomainNotFound(registers);
     this.ruleStats = { total_hits: rule('total_hits'), over_limit: rule('over_limit'), near_limit: rule('near_limit'), within_limit: rule('within_limit'), shadow_mode: rule('shadow_mode') };
     registerUpstreamSeries(this.registry, this);
     // EXTRA_TAGS: constant labels on every series, as upstream puts them on every stat.
