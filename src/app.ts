@@ -145,7 +145,7 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
     },
   });
   const { watcher, xds: xdsSource } = fed ? {} : configSources(settings, config, logger);
-  const service = new RateLimitService({ config, store, settings, metrics, logger });
+  const service = new RateLimitService({ config, store, settings, metrics, logger, clock: options.clock });
   const statsd = settings.statsdEnabled
     ? new StatsdSink(metrics, {
         host: settings.statsdHost,

@@ -4,49 +4,13 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { d, startApp } from './support/app';
+import { parseExposition, value } from './support/exposition';
 import { startRedis, stopAll } from './support/redis';
 
 // /metrics is read by Prometheus: it must parse as the text exposition format, and its counters
 // must equal what was sent.
 
 after(() => stopAll());
-
-interface Sample {
-  name: string;
-  labels: Record<string, string>;
-  value: number;
-}
-
-// A strict reader of the Prometheus text format (version 0.0.4): every line is a comment, blank,
-// or `name{label="value",...} number`; every sample's family has a TYPE line before it. (NaN may
-// be spelt Nan, as prom-client writes Node's event-loop gauges before their first sample:
-// Prometheus reads floats as Go's ParseFloat does, case-insensitively.)
-function parseExposition(text: string): Sample[] {
-  const typed = new Set<string>();
-  const samples: Sample[] = [];
-  for (const [i, line] of text.split('\n').entries()) {
-    if (line === '') continue;
-    const type = /^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)$/.exec(line);
-    if (type) {
-      typed.add(type[1]);
-      continue;
-    }
-    if (line.startsWith('# HELP ')) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (-?(?:\d+(?:\.\d+)?(?:e[+-]?\d+)?|NaN|Nan|\+Inf|-Inf))$/.exec(line);
-    assert.ok(m, `line ${i + 1} is not exposition format: ${line}`);
-    const labels: Record<string, string> = {};
-    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)",?/g)) labels[l[1]] = l[2];
-    const family = m[1].replace(/_(bucket|sum|count)$/, '');
-    assert.ok(typed.has(m[1]) || typed.has(family), `line ${i + 1}: ${m[1]} has no TYPE`);
-    samples.push({ name: m[1], labels, value: Number(m[3]) });
-  }
-  return samples;
-}
-
-function value(samples: Sample[], name: string, labels: Record<string, string> = {}): number {
-  const found = samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v));
-  return found.reduce((a, s) => a + s.value, 0);
-}
 
 describe('/metrics', () => {
   test('parses, and its counters match the requests sent (Redis store)', async () => {

@@ -53,7 +53,7 @@ function requestLatency() {
 function topOverLimit() {
   return new bargauge.PanelBuilder()
     .title('Top over-limit rules')
-    .description('Hits over the limit in the time range, per rule (upstream labels: domain, key1, key2).')
+    .description('Hits over the limit in the time range, per rule (upstream labels: domain, key1, key2: the first two descriptor entries as key_value; a detailed_metric or value_to_metric entry carries the whole request value).')
     .datasource(DATASOURCE)
     .gridPos(size())
     .unit('short')
@@ -141,6 +141,18 @@ function configAge() {
     .withTarget(query(`time() - min(sluice_config_last_load_success_timestamp_seconds{${JOB}})`, 'age', true));
 }
 
+function unknownDomains() {
+  return new bargauge.PanelBuilder()
+    .title('Unknown domains')
+    .description('Descriptors of calls for a domain no config defines, answered OK with no limit: usually a typo in Envoy’s rate limit domain (warn lines with "event":"unknown_domain"). Past 100 domains a replica counts the rest under _other_.')
+    .datasource(DATASOURCE)
+    .gridPos(size(24, 6))
+    .unit('short')
+    .displayMode(common.BarGaugeDisplayMode.Gradient)
+    .reduceOptions(new common.ReduceDataOptionsBuilder().calcs(['lastNotNull']).values(false))
+    .withTarget(query(`topk(10, sum by (domain) (increase(ratelimit_service_rate_limit_domain_not_found{${JOB}}[$__range])))`, '{{domain}}', true));
+}
+
 export function buildDashboard(): Dashboard {
   return new dashboard.DashboardBuilder('sluice')
     .uid('sluice')
@@ -170,6 +182,7 @@ export function buildDashboard(): Dashboard {
     .withPanel(breaker().id(7))
     .withPanel(configLoads().id(8))
     .withPanel(configAge().id(9))
+    .withPanel(unknownDomains().id(10))
     .build();
 }
 

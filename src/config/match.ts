@@ -35,11 +35,8 @@ function entryKey(key: string, value: string): string {
 // name, stats under the full request key).
 function overrideLimit(domain: string, d: Descriptor): MatchedLimit {
   const o = d.limitOverride!;
-  let key = domain + '.';
-  for (let i = 0; i < d.entries.length; i++) {
-    if (i > 0) key += '.';
-    key += entryKey(d.entries[i].key, d.entries[i].value);
-  }
+  const statParts = [domain, ...d.entries.map((e) => entryKey(e.key, e.value))];
+  const key = statParts.join('.');
   const rule: RateLimitRule = {
     fullKey: key,
     name: '',
@@ -55,23 +52,19 @@ function overrideLimit(domain: string, d: Descriptor): MatchedLimit {
     replaces: [],
     source: { file: '(request limit override)' },
   };
-  return { rule, statKey: key, counterEntries: d.entries, fromOverride: true };
+  return { rule, statKey: key, statParts, counterEntries: d.entries, fromOverride: true };
 }
 
 // detailed_metric: every request value, or the share_threshold pattern where one matched.
-function detailedKey(domain: string, entries: readonly Entry[], patterns: (string | undefined)[] | undefined): string {
-  let key = domain;
+function detailedParts(domain: string, entries: readonly Entry[], patterns: (string | undefined)[] | undefined): string[] {
+  const parts = [domain];
   for (let i = 0; i < entries.length; i++) {
     const e = entries[i];
     const pattern = patterns?.[i];
-    if (patterns === undefined) {
-      // Upstream writes "<key>_<value>" here even for an empty value; kept so stats names agree.
-      key += `.${e.key}_${e.value}`;
-    } else {
-      key += '.' + entryKey(e.key, pattern ?? e.value);
-    }
+    // Upstream writes "<key>_<value>" here even for an empty value; kept so stats names agree.
+    parts.push(patterns === undefined ? `${e.key}_${e.value}` : entryKey(e.key, pattern ?? e.value));
   }
-  return key;
+  return parts;
 }
 
 function counterEntries(entries: Entry[], patterns: (string | undefined)[] | undefined): Entry[] {
@@ -90,8 +83,9 @@ export function match(config: CompiledConfig, domain: string, descriptor: Descri
   if (entries.length === 0) return undefined;
 
   let node: DescriptorNode = root;
-  // The value_to_metric stats key, built as we go (equals rule.fullKey when no flag is set).
-  let metricKey = domain;
+  // The value_to_metric stats key's parts, collected as we go (their key equals rule.fullKey when
+  // no flag is set).
+  const metricParts = [domain];
   let flagged = false;
   let patterns: (string | undefined)[] | undefined;
   for (let i = 0; i < entries.length; i++) {
@@ -113,14 +107,14 @@ export function match(config: CompiledConfig, domain: string, descriptor: Descri
       }
     }
     flagged ||= next.valueToMetric || next.shareThreshold;
-    metricKey += '.' + entryKey(key, shown);
+    metricParts.push(entryKey(key, shown));
     node = next;
   }
 
   const rule = node.rule;
   if (rule === undefined) return undefined;
-  let statKey = rule.fullKey;
-  if (rule.detailedMetric) statKey = detailedKey(domain, entries, patterns);
-  else if (flagged) statKey = metricKey;
-  return { rule, statKey, counterEntries: counterEntries(entries, patterns), fromOverride: false };
+  const statParts = rule.detailedMetric ? detailedParts(domain, entries, patterns) : flagged ? metricParts : undefined;
+  const matched: MatchedLimit = { rule, statKey: statParts === undefined ? rule.fullKey : statParts.join('.'), counterEntries: counterEntries(entries, patterns), fromOverride: false };
+  if (statParts !== undefined) matched.statParts = statParts;
+  return matched;
 }

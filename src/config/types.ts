@@ -71,6 +71,11 @@ export interface MatchedLimit {
   rule: RateLimitRule;
   // Stats key for this descriptor after detailed_metric / value_to_metric / share_threshold.
   statKey: string;
+  // Where statKey holds request values (detailed_metric, value_to_metric, a request override): its
+  // parts, the domain then one "<key>_<value>" per entry, kept whole because a value may itself
+  // contain dots (1.2.3.4, api.example.com); statKey is them joined with '.'. Absent for a rule's
+  // own key (rule.fullKey).
+  statParts?: string[];
   // The entries that identify the counter: equal to the request's entries, except that an entry
   // matched by a share_threshold wildcard carries the pattern instead of its value, so all values
   // matching the pattern share one counter.

@@ -2,6 +2,8 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import type { DescriptorResult } from '../limiter/limiter';
 import type { OverLimitCacheStats } from '../store/over-limit-cache';
 import type { UpstreamTallies } from './prometheus-listener';
+import { DomainNotFound } from './domain-not-found';
+import { ruleLabels, type RuleLabels } from './rule-stats';
 import { registerUpstreamSeries } from './upstream-series';
 
 // sluice_request_duration_seconds' buckets (s): fine below 2.5 ms, where a decision should be.
@@ -16,8 +18,9 @@ export interface SetScrape {
 
 // Prometheus metrics on an own registry. Per-rule counters follow envoyproxy/ratelimit's
 // Prometheus mapping (ratelimit_service_rate_limit_<stat>{domain,key1,key2}) so existing dashboards
-// carry over; labels come from the rule's stats key, which holds raw request values only where the
-// rule asks for them (detailed_metric, value_to_metric), so label cardinality stays bounded.
+// carry over; labels come from the rule's stats key (rule-stats.ts), which holds raw request values
+// only where the rule asks for them (detailed_metric, value_to_metric), so label cardinality stays
+// bounded.
 export class Metrics {
   readonly registry = new Registry();
   readonly requests: Counter<'transport' | 'code'>;
@@ -48,9 +51,11 @@ export class Metrics {
   // WORKERS > 1: the whole set's series, and with USE_PROMETHEUS the listener's tallies
   // (server/prometheus-listener.ts), gathered by the primary in one collection (server/workers.ts).
   setSource?: () => Promise<SetScrape>;
+  // Calls for a domain no config defines (domain-not-found.ts).
+  readonly domainNotFound: DomainNotFound;
   private readonly ruleStats: Record<RuleStat, Counter<'domain' | 'key1' | 'key2'>>;
   // Hits per stats key (bounded by the config's rules, see above), by RULE_STATS index.
-  private readonly ruleTallies = new Map<string, { labels: { domain: string; key1: string; key2: string }; counts: number[]; localCache: number }>();
+  private readonly ruleTallies = new Map<string, { labels: RuleLabels; counts: number[]; localCache: number }>();
 
   constructor(options: { defaultMetrics?: boolean; extraTags?: readonly string[] } = {}) {
     const registers = [this.registry];
@@ -120,6 +125,7 @@ export class Metrics {
       },
     });
     registerLocalCacheGauges(registers, () => keys.localCacheSource?.());
+    this.domainNotFound = new DomainNotFound(registers);
     this.ruleStats = { total_hits: rule('total_hits'), over_limit: rule('over_limit'), near_limit: rule('near_limit'), within_limit: rule('within_limit'), shadow_mode: rule('shadow_mode') };
     registerUpstreamSeries(this.registry, this);
     // EXTRA_TAGS: constant labels on every series, as upstream puts them on every stat.
@@ -147,7 +153,7 @@ export class Metrics {
     const statKey = result.matched.statKey;
     let tally = this.ruleTallies.get(statKey);
     if (tally === undefined) {
-      tally = { labels: statLabels(statKey), counts: RULE_STATS.map(() => 0), localCache: 0 };
+      tally = { labels: ruleLabels(result.matched), counts: RULE_STATS.map(() => 0), localCache: 0 };
       this.ruleTallies.set(statKey, tally);
     }
     const counts = ruleCounts(result, nearLimitRatio);
@@ -179,11 +185,6 @@ function registerLocalCacheGauges(registers: Registry[], source: () => OverLimit
       },
     });
   }
-}
-
-function statLabels(statKey: string): { domain: string; key1: string; key2: string } {
-  const [domain = '', key1 = '', key2 = ''] = statKey.split('.');
-  return { domain, key1, key2 };
 }
 
 // Upstream's accounting (base_limiter.go): of a request's hits, those past the limit are over_limit,

@@ -1,11 +1,13 @@
 import StatsDClient, { type StatsD } from 'hot-shots';
 import type { Logger } from '../logger';
 import { type Metrics, RULE_STATS, tagPairs } from './metrics';
+import { sanitizeStatName } from './rule-stats';
 import { errType } from './upstream-series';
 
 // envoyproxy/ratelimit's statsd output, so statsd_exporter mappings and dashboards built on its
 // series keep working. Names as its stats manager writes them through lyft/gostats:
 //   ratelimit.service.rate_limit.<stats key>.<total_hits|over_limit|near_limit|within_limit|shadow_mode>
+//   ratelimit.service.rate_limit.<domain>.domain_not_found
 //   ratelimit.service.config_load_success, ratelimit.service.config_load_error
 //   ratelimit.service.call.should_rate_limit.<redis_error|service_error>
 //   ratelimit_server.ShouldRateLimit.total_requests
@@ -96,6 +98,7 @@ export async function upstreamCounters(metrics: Metrics): Promise<Map<string, nu
     const base = `ratelimit.service.rate_limit.${sanitizeStatName(statKey)}.`;
     for (const stat of RULE_STATS) add(base + stat, counts[stat]);
   }
+  for (const [domain, n] of metrics.domainNotFound.totals()) add(`ratelimit.service.rate_limit.${sanitizeStatName(domain)}.domain_not_found`, n);
   for (const { labels, value } of (await metrics.configLoads.get()).values) {
     add(`ratelimit.service.config_load_${labels.result}`, value);
   }
@@ -106,12 +109,6 @@ export async function upstreamCounters(metrics: Metrics): Promise<Map<string, nu
     if (type !== undefined) add(`ratelimit.service.call.should_rate_limit.${type}`, value);
   }
   return totals;
-}
-
-// Upstream's utils.SanitizeStatName: ':' and '|' would end the name in a statsd line, and the dots
-// of an IPv4 address would split it into path segments.
-export function sanitizeStatName(name: string): string {
-  return name.replace(/[:|]/g, '_').replace(/\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}/g, (ip) => ip.replaceAll('.', '_'));
 }
 
 // gostats' tag serialisation for its statsd sink: ".__key=value" per tag, sorted by key, with

@@ -1,3 +1,4 @@
+import { type Clock, monotonicClock } from '../clock';
 import type { ConfigHolder } from '../config/holder';
 import { CancelledError, UnavailableError } from '../errors';
 import type { RateLimitRequest as PbRequest, RateLimitResponse as PbResponse } from '../gen/envoy/service/ratelimit/v3/rls';
@@ -11,6 +12,7 @@ import type { Store } from '../store/store';
 import { explainRequest } from './explain';
 import { requestBounds, requestFromProto, type RequestBounds } from './request';
 import { responseToProto, type ResponseOptions } from './response';
+import { UnknownDomainLog } from './unknown-domain-log';
 
 export interface ServiceDeps {
   config: ConfigHolder;
@@ -18,6 +20,8 @@ export interface ServiceDeps {
   settings: Settings;
   metrics: Metrics;
   logger: Logger;
+  // Times the unknown-domain log lines (tests move it).
+  clock?: Clock;
 }
 
 // ShouldRateLimit, independent of the transport (gRPC and HTTP /json both call it).
@@ -26,10 +30,12 @@ export class RateLimitService {
   private readonly responseOptions: ResponseOptions;
   // What one request may carry; the transports also size their byte caps from it.
   readonly bounds: RequestBounds;
+  private readonly unknownDomains: UnknownDomainLog;
 
   constructor(private readonly deps: ServiceDeps) {
     const s = deps.settings;
     this.bounds = requestBounds(s);
+    this.unknownDomains = new UnknownDomainLog(deps.logger, deps.clock ?? monotonicClock);
     this.limiter = {
       keys: {
         prefix: s.cacheKeyPrefix,
@@ -64,6 +70,7 @@ export class RateLimitService {
       throw err instanceof UnavailableError || err instanceof CancelledError ? err : new UnavailableError('counter store failed', { cause: err });
     }
     this.record(request, decision);
+    if (!config.domains.has(request.domain)) this.unknownDomain(request, config.domains);
     return responseToProto(request, decision, this.responseOptions);
   }
 
@@ -76,6 +83,12 @@ export class RateLimitService {
     } catch (err) {
       throw err instanceof UnavailableError ? err : new UnavailableError('counter store failed', { cause: err });
     }
+  }
+
+  // As upstream, OK with no limit; counted and logged so that a misspelt domain can be noticed.
+  private unknownDomain(request: RateLimitRequest, known: ReadonlyMap<string, unknown>): void {
+    this.deps.metrics.domainNotFound.record(request.domain, request.descriptors.length);
+    this.unknownDomains.note(request.domain, request.descriptors.length, () => known.keys());
   }
 
   private record(request: RateLimitRequest, decision: LimitDecision): void {
