@@ -8,6 +8,7 @@ import { type DecisionRow, decisionsBench } from './decisions';
 import { fleetBench } from './fleet';
 import { grpcImplBench, grpcImplTable } from './grpc-impl';
 import { capBench, memoryPerKey, microBench } from './micro';
+import { processMemory, processMemoryTable } from './process-memory';
 import { peerBench, peerChart, peerTable } from './peer';
 import { KEY_BYTES, redisMemory } from './redis-memory';
 import { idleLine, idleRoundTrips } from './idle-wake';
@@ -18,7 +19,7 @@ const CHART = path.resolve(__dirname, '../../docs/performance.svg');
 const PEER_CHART = path.resolve(__dirname, '../../docs/peer.svg');
 const REGIONS_CHART = path.resolve(__dirname, '../../docs/multi-region.svg');
 
-// Only the sections named in BENCH_SECTIONS (comma-separated: micro, memory, redis-memory,
+// Only the sections named in BENCH_SECTIONS (comma-separated: micro, memory, process-memory, redis-memory,
 // decisions, fleet, peer, regions, wake, tracing, connections, grpc-impl, attacks) run; all by
 // default.
 function wanted(section: string): boolean {
@@ -44,6 +45,11 @@ async function main(): Promise<void> {
     for (const r of memoryPerKey()) console.log(`  ${r.algorithm.padEnd(16)} ${fmt(r.bytesPerKey)} bytes`);
     console.log('\nmemory store at its key cap (MEMORY_MAX_KEYS 1,000,000; 200,000 new keys per phase):');
     for (const r of capBench()) console.log(`  ${r.name.padEnd(36)} ${fmt(r.opsPerSec).padStart(12)} new keys/s, slowest ${r.worstMs.toFixed(1)} ms   ${fmt(r.size)} exact counters, approximate tier ${fmt(r.overflowBytes)} bytes`);
+  }
+  if (wanted('process-memory')) {
+    console.log('\nsluice processes at rest on Redis, from /proc (bench/process-memory.ts):');
+    const rows = await processMemory();
+    console.log(typeof rows === 'string' ? `  ${rows}` : processMemoryTable(rows).join('\n'));
   }
   if (wanted('redis-memory')) {
     console.log(`\nRedis bytes per counter (20,000 counters; ${KEY_BYTES}-byte keys like the sample):`);

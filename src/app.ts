@@ -6,6 +6,7 @@ import { createLogger, type Logger } from './logger';
 import { RateLimitService } from './service/ratelimit';
 import { createGrpcListener, type GrpcListener } from './server/h2grpc/listener';
 import { HealthState } from './server/health';
+import { drainHttp } from './server/http-drain';
 import { ADMIN_ROUTES, createHttpServer, type HttpServerOptions, listenHttp, MAIN_ROUTES } from './server/http';
 import { type ServerTls, serverTls } from './server/tls';
 import { refuseHttpsPeersWithoutSan } from './server/client-san';
@@ -215,8 +216,9 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       watcher?.stop();
       xdsSource?.stop();
       if (settings.shutdownDelayMs > 0) await new Promise((r) => setTimeout(r, settings.shutdownDelayMs));
-      await grpcServer?.drain(settings.drainTimeoutMs, logger);
-      await Promise.all(httpServers.map((h) => new Promise<void>((resolve) => (h.close(() => resolve()), h.closeIdleConnections()))));
+      // Both listeners at once, each answering what it has received; the store stays open until both
+      // are done, so the last calls are decided by it.
+      await Promise.all([grpcServer?.drain(settings.drainTimeoutMs, logger), ...httpServers.map((h) => drainHttp(h, settings.drainTimeoutMs))]);
       await prometheus?.stop();
       tls?.close();
       // After the drain, so the last flush counts every answered call.

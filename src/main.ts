@@ -4,7 +4,8 @@ import { createApp } from './app';
 import { runCheck, runSimulate, usage } from './cli';
 import { runWorker } from './server/cluster-worker';
 import { stopOnSignals } from './server/cluster-signals';
-import { logWorkers, planWorkers, runPrimary } from './server/workers';
+import { logWorkers, planWorkers, runPrimary, type WorkerPlan } from './server/workers';
+import { cgroupMemoryLimit, configBytes, memoryFitWarning } from './server/memory-fit';
 import { createLogger, type Logger } from './logger';
 import { loadSettings, SettingsError, upstreamSettingsNotRead } from './settings';
 
@@ -20,13 +21,22 @@ async function serve(argv: string[]): Promise<void> {
   if (workers.count > 1) {
     const logger = createLogger(settings.logLevel, undefined, { format: settings.logFormat });
     warnNotRead(logger);
+    warnMemory(logger, settings, workers);
     return runPrimary(settings, workers, logger);
   }
   const app = createApp(settings);
   warnNotRead(app.logger);
   await app.start();
   logWorkers(app.logger, workers);
+  warnMemory(app.logger, settings, workers);
   stopOnSignals({ logger: app.logger, stop: () => app.stop(), hup: () => app.reloadConfig() });
+}
+
+function warnMemory(logger: Logger, settings: ReturnType<typeof loadSettings>, plan: WorkerPlan): void {
+  const limitBytes = cgroupMemoryLimit(process.env.SLUICE_CGROUP_ROOT);
+  const bytes = configBytes(settings.configType === 'file' ? settings.configPaths : []);
+  const line = memoryFitWarning({ workers: plan.count, why: plan.why, configBytes: bytes, limitBytes });
+  if (line !== undefined) logger.warn({ event: 'memory_limit_low', workers: plan.count, limitBytes, configBytes: bytes }, line);
 }
 
 function warnNotRead(logger: Logger): void {

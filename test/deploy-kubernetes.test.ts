@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
+import { estimateMb } from '../src/server/memory-fit';
 import YAML from 'yaml';
 import { MAIN_ROUTES } from '../src/server/http';
 import { loadSettings, SETTINGS, type Settings } from '../src/settings';
@@ -177,6 +178,25 @@ describe('deploy/kubernetes', () => {
           assert.ok(c.readinessProbe && c.livenessProbe, `${where}: probes`);
         }
       }
+    }
+  });
+
+  // docs/kubernetes.md "Sizing": each process at rest and what the config adds to each, measured by
+  // BENCH_SECTIONS=process-memory npm run bench (src/server/memory-fit.ts holds the figures).
+  test('memory: the request holds the processes WORKERS starts at rest, the limit half as much again', () => {
+    const configBytes = fs.statSync(path.join(K8S, 'base/config/edge.yaml')).size;
+    for (const [name, build] of Object.entries(BUILDS)) {
+      const container = sluiceContainer(build());
+      const settings = containerSettings(container);
+      // auto would follow the node's cores: the manifests must say how many.
+      const workers = settings.store === 'memory' ? 1 : settings.workers;
+      assert.equal(typeof workers, 'number', `${name}: WORKERS is set to a number with STORE=redis`);
+      const need = estimateMb(workers as number, configBytes);
+      const mb = (q: string) => Number(/^(\d+)Mi$/.exec(q)?.[1]) * 2 ** 20 / 1e6;
+      const request = mb(container.resources.requests.memory);
+      const limit = mb(container.resources.limits.memory);
+      assert.ok(request >= need, `${name}: memory request ${Math.round(request)} MB < ${need} MB for WORKERS=${workers} with ${configBytes} bytes of config`);
+      assert.ok(limit >= 1.5 * need, `${name}: memory limit ${Math.round(limit)} MB < 1.5 × ${need} MB for WORKERS=${workers}`);
     }
   });
 

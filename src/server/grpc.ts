@@ -162,19 +162,20 @@ const IDLE_POLL_MS = 10;
 export function drainGrpc(server: grpc.Server | undefined, timeoutMs: number, logger: Logger): Promise<void> {
   if (server === undefined) return Promise.resolve();
   closeGrpcFront(server);
-  return drainCalls({ active: ACTIVE.get(server) ?? { calls: 0 }, tryShutdown: (done) => server.tryShutdown(done), forceShutdown: () => server.forceShutdown() }, timeoutMs, logger);
+  const active = ACTIVE.get(server) ?? { calls: 0 };
+  return drainCalls({ inFlight: () => active.calls, tryShutdown: (done) => server.tryShutdown(done), forceShutdown: () => server.forceShutdown() }, timeoutMs, logger);
 }
 
 // What a graceful stop needs of a gRPC server, whichever implements it.
 export interface Drainable {
-  active: { calls: number };
+  // Calls received and not yet answered.
+  inFlight(): number;
   // Stops accepting (GOAWAY); `done` once every connection has closed.
   tryShutdown(done: () => void): void;
   forceShutdown(): void;
 }
 
 export function drainCalls(server: Drainable, timeoutMs: number, logger: Logger): Promise<void> {
-  const { active } = server;
   return new Promise((resolve) => {
     let idleSince = Date.now();
     const finish = (force: boolean) => {
@@ -188,7 +189,7 @@ export function drainCalls(server: Drainable, timeoutMs: number, logger: Logger)
       finish(true);
     }, timeoutMs);
     const poll = setInterval(() => {
-      if (active.calls > 0) idleSince = Date.now();
+      if (server.inFlight() > 0) idleSince = Date.now();
       else if (Date.now() - idleSince >= IDLE_GRACE_MS) finish(true);
     }, IDLE_POLL_MS);
     server.tryShutdown(() => finish(false));

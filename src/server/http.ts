@@ -15,6 +15,7 @@ import type { Metrics } from './metrics';
 import { failureLog, mapError } from './status';
 import type { ServerTls } from './tls';
 import type { Tracer } from './tracing';
+import { HttpDrainState, registerDrain } from './http-drain';
 
 export interface HttpDeps {
   service: RateLimitService;
@@ -241,7 +242,9 @@ export const DEFAULT_HTTP_OPTIONS: HttpServerOptions = { headersTimeoutMs: 10_00
 
 export function createHttpServer(deps: HttpDeps, routes = MAIN_ROUTES, options: HttpServerOptions = DEFAULT_HTTP_OPTIONS): http.Server {
   const tlsRoute = options.tls === undefined ? undefined : { mtls: options.tls.requireClientCert };
+  const drain = new HttpDrainState();
   const handler = (req: http.IncomingMessage, res: http.ServerResponse) => {
+    drain.request(res);
     route(routes, req, res, deps, tlsRoute).catch((err: unknown) => {
       deps.logger.error({ err, event: 'http_error' }, 'HTTP handler failed');
       if (!res.headersSent) send(res, 500, 'internal error\n');
@@ -258,14 +261,17 @@ export function createHttpServer(deps: HttpDeps, routes = MAIN_ROUTES, options: 
   let server: http.Server;
   if (t === undefined) {
     server = http.createServer(timeouts, handler);
+    registerDrain(server, drain);
   } else {
     // A client without a certificate still completes the handshake (rejectUnauthorized: false);
     // routes that need one check req.socket.authorized.
     const tlsOptions = { requestCert: t.requireClientCert, rejectUnauthorized: false, handshakeTimeout: options.headersTimeoutMs };
     const secure = https.createServer({ ...timeouts, ...tlsOptions, ...t.secureContext() }, handler);
     t.onChange(() => secure.setSecureContext(t.secureContext()));
-    acceptPlaintextToo(secure, http.createServer(timeouts, handler));
+    const plain = http.createServer(timeouts, handler);
+    acceptPlaintextToo(secure, plain);
     server = secure;
+    registerDrain(server, drain, [plain]);
   }
   if (options.maxConnections > 0) server.maxConnections = options.maxConnections;
   return server;

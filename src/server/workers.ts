@@ -25,23 +25,24 @@ export interface WorkerPlan {
   why: string;
 }
 
-// The CPU limit of this container in cores (cgroup v2 cpu.max, else v1 cfs quota), when there is one.
-export function cgroupCpuLimit(read: (file: string) => string = (f) => fs.readFileSync(f, 'utf8')): number | undefined {
+// The CPU limit of this container in cores (cgroup v2 cpu.max, else v1 cfs quota), when there is
+// one. `root`: where the cgroup files are (SLUICE_CGROUP_ROOT, for tests).
+export function cgroupCpuLimit(read: (file: string) => string = (f) => fs.readFileSync(f, 'utf8'), root = '/sys/fs/cgroup'): number | undefined {
   const ratio = (quota: number, period: number) => (quota > 0 && period > 0 ? quota / period : undefined);
   try {
-    const [quota, period] = read('/sys/fs/cgroup/cpu.max').trim().split(/\s+/);
+    const [quota, period] = read(`${root}/cpu.max`).trim().split(/\s+/);
     return quota === 'max' ? undefined : ratio(Number(quota), Number(period));
   } catch {
     // not cgroup v2
   }
   try {
-    return ratio(Number(read('/sys/fs/cgroup/cpu/cpu.cfs_quota_us')), Number(read('/sys/fs/cgroup/cpu/cpu.cfs_period_us')));
+    return ratio(Number(read(`${root}/cpu/cpu.cfs_quota_us`)), Number(read(`${root}/cpu/cpu.cfs_period_us`)));
   } catch {
     return undefined;
   }
 }
 
-export function planWorkers(settings: Settings, probe = { cores: os.availableParallelism(), cpuLimit: cgroupCpuLimit() }): WorkerPlan {
+export function planWorkers(settings: Settings, probe = { cores: os.availableParallelism(), cpuLimit: cgroupCpuLimit(undefined, process.env.SLUICE_CGROUP_ROOT) }): WorkerPlan {
   if (typeof settings.workers === 'number') return { count: settings.workers, why: `WORKERS=${settings.workers}` };
   // A second worker would keep a second set of counters (settings.ts refuses a number > 1).
   if (settings.store === 'memory') return { count: 1, why: 'WORKERS=auto with STORE=memory: one process holds the counters' };

@@ -28,6 +28,9 @@ export class H2GrpcServer implements CallOwner {
   private wire: WireServer | undefined;
   private readonly wireOptions: WireOptions;
   private readonly idleMs: number | undefined;
+  // Unary calls from their HEADERS until their stream closes: a graceful stop waits for these too,
+  // not only for calls whose handler has started (one whose message is still on its way was received).
+  private unaryStreams = 0;
 
   // `active`: calls being answered, counted by the handlers; what a graceful stop waits for.
   constructor(
@@ -93,6 +96,10 @@ export class H2GrpcServer implements CallOwner {
     return drainCalls(this, timeoutMs, logger);
   }
 
+  inFlight(): number {
+    return Math.max(this.active.calls, this.unaryStreams);
+  }
+
   tryShutdown(done: () => void): void {
     if (this.wire !== undefined) return this.wire.close(done);
     this.server!.close(() => done());
@@ -155,6 +162,10 @@ export class H2GrpcServer implements CallOwner {
     const path = (headers[':path'] as string | undefined) ?? '';
     const method = this.methods.get(path);
     if (method === undefined) return respondStatus(stream, Status.UNIMPLEMENTED, `The server does not implement the method ${path}`);
+    if (!method.requestStream && !method.responseStream) {
+      this.unaryStreams++;
+      stream.once('close', () => this.unaryStreams--);
+    }
     new Call(stream, headers, method, this).start();
   }
 }
