@@ -7,8 +7,10 @@ import net from 'node:net';
 // client lost the request it sent right after its previous answer. Instead: every answer from now
 // on says `Connection: close` (the client opens a new connection, which is refused, before
 // sending), the listener stops accepting, and connections still idle are closed only once the
-// server has had no request for QUIET_MS — a client idle that long is not mid-send.
-const QUIET_MS = 200;
+// server has had no request for QUIET_MS — a client idle that long is not mid-send. 200 ms was
+// not enough on a loaded 2-core machine (a client's event loop stalled past it and its next POST
+// met the close); a second costs a stop with idle keep-alive clients one second more.
+const QUIET_MS = 1000;
 const POLL_MS = 20;
 
 export class HttpDrainState {
