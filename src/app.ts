@@ -4,6 +4,8 @@ import type { Clock } from './clock';
 import { ConfigHolder, type ReloadResult } from './config/holder';
 import { createLogger, type Logger } from './logger';
 import { RateLimitService } from './service/ratelimit';
+import { RateLimitQuotaService } from './service/rlqs/quota';
+import { rlqsEvents } from './server/rlqs';
 import { createGrpcListener, type GrpcListener } from './server/h2grpc/listener';
 import { HealthState } from './server/health';
 import { drainHttp } from './server/http-drain';
@@ -141,12 +143,15 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       if (ok && !fed) metrics.configLoadTimestamp.setToCurrentTime();
       // Cached denials and leases were derived from the old limits.
       if (ok) store.configChanged?.();
+      if (ok) quota.configChanged();
       health.setConfigRejected(config.rejection);
       health.setConfigLoaded(configReady(config, settings));
     },
   });
   const { watcher, xds: xdsSource } = fed ? {} : configSources(settings, config, logger);
   const service = new RateLimitService({ config, store, settings, metrics, logger, clock: options.clock });
+  const rlqsOptions = { assignmentTtlMs: settings.rlqsAssignmentTtlMs, unknownBucket: settings.rlqsUnknownBucket, maxBucketsPerStream: settings.rlqsMaxBucketsPerStream };
+  const quota = new RateLimitQuotaService({ config, store, limiter: service.limiter, bounds: service.bounds, options: rlqsOptions, events: rlqsEvents(metrics), logger, clock: options.clock });
   const statsd = settings.statsdEnabled
     ? new StatsdSink(metrics, {
         host: settings.statsdHost,
@@ -182,7 +187,7 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       startConfig({ settings, config, health, watcher, xds: xdsSource, fed });
       statsd?.start();
       const connection = { maxConcurrentStreams: settings.grpcMaxConcurrentStreams, handshakeTimeoutMs: settings.grpcHandshakeTimeoutMs, maxConnectionIdleMs: settings.grpcMaxConnectionIdleMs };
-      grpcServer = createGrpcListener(settings.grpcServerImpl, { service, health, metrics, logger, tracer, connection });
+      grpcServer = createGrpcListener(settings.grpcServerImpl, { service, quota, health, metrics, logger, tracer, connection });
       tls = serverTls(settings, logger);
       await tls?.ready;
       const grpcPort = await grpcServer.bind(settings.grpcHost, settings.grpcPort, tls);

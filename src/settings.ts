@@ -48,6 +48,11 @@ export interface Settings {
   grpcMaxConcurrentStreams: number;
   grpcHandshakeTimeoutMs: number;
   grpcMaxConnectionIdleMs: number;
+  // RLQS (service/rlqs/): how long an assignment lives at Envoy, what an unknown bucket gets, and
+  // how many buckets one stream may report.
+  rlqsAssignmentTtlMs: number;
+  rlqsUnknownBucket: 'allow' | 'deny';
+  rlqsMaxBucketsPerStream: number;
   adminHost: string;
   adminPort: number;
   grpcTls: boolean;
@@ -227,6 +232,9 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'grpcMaxConcurrentStreams', flag: 'grpc-max-concurrent-streams', env: ['GRPC_MAX_CONCURRENT_STREAMS'], kind: 'count', def: 1024, help: "calls at once on one gRPC connection (SETTINGS_MAX_CONCURRENT_STREAMS); more are refused (REFUSED_STREAM) and Envoy opens another connection; 0: no limit. 1024 is Envoy's default max_requests circuit breaker: one Envoy never has more calls in flight to the cluster" },
   { key: 'grpcHandshakeTimeoutMs', flag: 'grpc-handshake-timeout', env: ['GRPC_HANDSHAKE_TIMEOUT'], kind: 'duration', def: 10_000, help: "a gRPC connection whose TLS handshake, HTTP/2 preface and first SETTINGS are not complete this long after it opened is closed (GRPC_SERVER_IMPL=sluice; grpc-js and node:http2 have none)" },
   { key: 'grpcMaxConnectionIdleMs', flag: 'grpc-max-connection-idle', env: ['GRPC_MAX_CONNECTION_IDLE'], kind: 'duration', def: 300_000, help: "a gRPC connection with no call for this long is closed gracefully (GOAWAY, as grpc-go's MaxConnectionIdle); the client reconnects on its next call. 0: never" },
+  { key: 'rlqsAssignmentTtlMs', flag: 'rlqs-assignment-ttl', env: ['RLQS_ASSIGNMENT_TTL'], kind: 'duration', def: 10_000, help: "RLQS: how long a quota assignment lives at Envoy (whole seconds, at least 1 s; a window's assignment also ends with its window); units reserved for an Envoy and not used by then are lost to the window. Longer than Envoy's reporting_interval, so that reports renew assignments before they expire" },
+  { key: 'rlqsUnknownBucket', flag: 'rlqs-unknown-bucket', env: ['RLQS_UNKNOWN_BUCKET'], kind: 'enum', def: 'allow', choices: ['allow', 'deny'], help: 'RLQS: what a bucket no rule of its domain matches is assigned: allow (ALLOW_ALL, as RLS answers OK for a descriptor without a limit) or deny (DENY_ALL); counted in sluice_rlqs_unknown_buckets_total' },
+  { key: 'rlqsMaxBucketsPerStream', flag: 'rlqs-max-buckets-per-stream', env: ['RLQS_MAX_BUCKETS_PER_STREAM'], kind: 'int', def: 10_000, help: 'RLQS: most buckets one stream may report; more ends the stream with RESOURCE_EXHAUSTED' },
   { key: 'adminHost', flag: 'admin-host', env: ['ADMIN_HOST', 'DEBUG_HOST'], kind: 'string', def: '127.0.0.1', help: 'admin listen address (/rlconfig, /explain, /settings); localhost unless you open it' },
   { key: 'adminPort', flag: 'admin-port', env: ['ADMIN_PORT', 'DEBUG_PORT'], kind: 'port', def: 6070, help: 'admin port (upstream debug port)' },
   { key: 'grpcTls', flag: 'grpc-tls', env: ['GRPC_SERVER_USE_TLS'], kind: 'bool', def: false, help: 'TLS on the gRPC listener' },

@@ -117,8 +117,12 @@ function dockerIgnored(file: string): boolean {
 }
 
 describe('docker-compose.yml', () => {
-  test('has the demo services by default and the Redis Cluster ones behind profile cluster', () => {
-    assert.deepEqual(Object.keys(services).sort(), [...DEFAULT_SERVICES, ...CLUSTER_SERVICES].sort());
+  test('has the demo services by default, the Redis Cluster ones behind profile cluster, the RLQS Envoy behind profile rlqs', () => {
+    assert.deepEqual(Object.keys(services).sort(), [...DEFAULT_SERVICES, ...CLUSTER_SERVICES, 'envoy-rlqs'].sort());
+    assert.deepEqual(services['envoy-rlqs'].profiles, ['rlqs']);
+    const mount = volumes(services['envoy-rlqs']).find((v) => v.source === './envoy/envoy-rlqs.yaml');
+    assert.ok(mount?.readOnly, 'envoy-rlqs.yaml mounted read-only');
+    assert.match(flat(services['envoy-rlqs'].command), new RegExp(`-c ${mount.target}\\b`));
     for (const name of DEFAULT_SERVICES) assert.equal(services[name].profiles, undefined, `${name} runs by default`);
     for (const name of CLUSTER_SERVICES) assert.deepEqual(services[name].profiles, ['cluster'], `${name} is in profile cluster`);
   });

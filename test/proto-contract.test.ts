@@ -3,6 +3,7 @@ import path from 'node:path';
 import { describe, test } from 'node:test';
 import protobuf from 'protobufjs';
 import { RateLimitRequest, RateLimitResponse } from '../src/gen/envoy/service/ratelimit/v3/rls';
+import { RateLimitQuotaResponse, RateLimitQuotaUsageReports } from '../src/gen/envoy/service/rate_limit_quota/v3/rlqs';
 
 // Envoy's published protos, shipped by @grpc/grpc-js-xds, are the oracle for our own proto/.
 const XDS_DEPS = path.dirname(require.resolve('@grpc/grpc-js-xds/package.json')) + '/deps';
@@ -26,9 +27,9 @@ const official = loadRoot(
   ['envoy-api', 'googleapis', 'protoc-gen-validate', 'xds', 'cncf-xds'].map((d) => path.join(XDS_DEPS, d)).concat([
     path.join(path.dirname(require.resolve('protobufjs/package.json'))),
   ]),
-  ['envoy/service/ratelimit/v3/rls.proto'],
+  ['envoy/service/ratelimit/v3/rls.proto', 'envoy/service/rate_limit_quota/v3/rlqs.proto'],
 );
-const ours = loadRoot([OURS], ['envoy/service/ratelimit/v3/rls.proto']);
+const ours = loadRoot([OURS], ['envoy/service/ratelimit/v3/rls.proto', 'envoy/service/rate_limit_quota/v3/rlqs.proto']);
 
 // Fields and enum values Envoy added after the copy in @grpc/grpc-js-xds was cut.
 const NEWER_THAN_ORACLE = new Set([
@@ -69,6 +70,31 @@ describe('proto/ matches Envoy official protos', () => {
     const theirs = official.lookupService('envoy.service.ratelimit.v3.RateLimitService').methods.ShouldRateLimit;
     assert.equal(method.resolvedRequestType?.fullName, theirs.resolvedRequestType?.fullName);
     assert.equal(method.resolvedResponseType?.fullName, theirs.resolvedResponseType?.fullName);
+  });
+
+  test('we define the RLQS messages, service and enums, a stream both ways', () => {
+    const names = ourTypes.map((t) => t.fullName.slice(1));
+    for (const expected of [
+      'envoy.service.rate_limit_quota.v3.RateLimitQuotaUsageReports',
+      'envoy.service.rate_limit_quota.v3.RateLimitQuotaUsageReports.BucketQuotaUsage',
+      'envoy.service.rate_limit_quota.v3.RateLimitQuotaResponse',
+      'envoy.service.rate_limit_quota.v3.RateLimitQuotaResponse.BucketAction',
+      'envoy.service.rate_limit_quota.v3.RateLimitQuotaResponse.BucketAction.QuotaAssignmentAction',
+      'envoy.service.rate_limit_quota.v3.RateLimitQuotaResponse.BucketAction.AbandonAction',
+      'envoy.service.rate_limit_quota.v3.BucketId',
+      'envoy.type.v3.RateLimitStrategy',
+      'envoy.type.v3.RateLimitStrategy.BlanketRule',
+      'envoy.type.v3.RateLimitStrategy.RequestsPerTimeUnit',
+      'envoy.type.v3.TokenBucket',
+    ]) {
+      assert.ok(names.includes(expected), `missing ${expected}`);
+    }
+    const method = ours.lookupService('envoy.service.rate_limit_quota.v3.RateLimitQuotaService').methods.StreamRateLimitQuotas;
+    const theirs = official.lookupService('envoy.service.rate_limit_quota.v3.RateLimitQuotaService').methods.StreamRateLimitQuotas;
+    assert.equal(method.resolvedRequestType?.fullName, theirs.resolvedRequestType?.fullName);
+    assert.equal(method.resolvedResponseType?.fullName, theirs.resolvedResponseType?.fullName);
+    assert.equal(method.requestStream, theirs.requestStream);
+    assert.equal(method.responseStream, theirs.responseStream);
   });
 
   for (const type of ourTypes) {
@@ -146,6 +172,46 @@ describe('bytes encoded with the official schema decode to the same values', () 
     assert.equal(decoded.statuses[1].code, 'OVER_LIMIT');
     assert.deepEqual(decoded.response_headers_to_add, [{ key: 'Retry-After', value: '3' }]);
     assert.equal(decoded.dynamic_metadata.fields.domain.stringValue ?? decoded.dynamic_metadata.fields.domain.string_value, 'edge', JSON.stringify(decoded.dynamic_metadata));
+  });
+});
+
+describe('RLQS bytes: official and ours agree both ways', () => {
+  test('RateLimitQuotaUsageReports from the official schema', () => {
+    const Official = official.lookupType('envoy.service.rate_limit_quota.v3.RateLimitQuotaUsageReports');
+    const message = {
+      domain: 'edge',
+      bucket_quota_usages: [{ bucket_id: { bucket: { tenant: 'acme', route: '/v1' } }, time_elapsed: { seconds: 5 }, num_requests_allowed: 7, num_requests_denied: 2 }],
+    };
+    const decoded = RateLimitQuotaUsageReports.decode(Official.encode(Official.fromObject(message)).finish());
+    assert.equal(decoded.domain, 'edge');
+    assert.deepEqual(decoded.bucketQuotaUsages[0].bucketId?.bucket, { tenant: 'acme', route: '/v1' });
+    assert.equal(decoded.bucketQuotaUsages[0].timeElapsed?.seconds, 5);
+    assert.equal(decoded.bucketQuotaUsages[0].numRequestsAllowed, 7);
+    assert.equal(decoded.bucketQuotaUsages[0].numRequestsDenied, 2);
+  });
+
+  test('RateLimitQuotaResponse decoded by the official schema', () => {
+    const Official = official.lookupType('envoy.service.rate_limit_quota.v3.RateLimitQuotaResponse');
+    const ourBytes = RateLimitQuotaResponse.encode({
+      bucketAction: [
+        {
+          bucketId: { bucket: { tenant: 'acme' } },
+          bucketAction: {
+            $case: 'quotaAssignmentAction',
+            value: { assignmentTimeToLive: { seconds: 10, nanos: 0 }, rateLimitStrategy: { strategy: { $case: 'tokenBucket', value: { maxTokens: 12, tokensPerFill: 1, fillInterval: { seconds: 86400, nanos: 3 } } } } },
+          },
+        },
+        { bucketId: { bucket: { tenant: 'gone' } }, bucketAction: { $case: 'abandonAction', value: {} } },
+        { bucketId: { bucket: { plan: 'gold' } }, bucketAction: { $case: 'quotaAssignmentAction', value: { rateLimitStrategy: { strategy: { $case: 'blanketRule', value: 1 } } } } },
+      ],
+    }).finish();
+    const decoded = Official.toObject(Official.decode(ourBytes), { enums: String, longs: Number, defaults: false }) as Record<string, any>;
+    const [tokens, gone, blanket] = decoded.bucket_action;
+    assert.deepEqual(tokens.bucket_id.bucket, { tenant: 'acme' });
+    assert.equal(tokens.quota_assignment_action.assignment_time_to_live.seconds, 10);
+    assert.deepEqual(tokens.quota_assignment_action.rate_limit_strategy.token_bucket, { max_tokens: 12, tokens_per_fill: { value: 1 }, fill_interval: { seconds: 86400, nanos: 3 } });
+    assert.deepEqual(gone.abandon_action, {});
+    assert.equal(blanket.quota_assignment_action.rate_limit_strategy.blanket_rule, 'DENY_ALL');
   });
 });
 

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { createFileRegistry, fromBinary, fromJson, toBinary, toJson } from '@bufbuild/protobuf';
-import { type FileDescriptorProto, FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
+import { create, createFileRegistry, fromBinary, fromJson, toBinary, toJson } from '@bufbuild/protobuf';
+import { type FileDescriptorProto, FileDescriptorProtoSchema, FileDescriptorSetSchema } from '@bufbuild/protobuf/wkt';
 import { ManualClock } from '../src/clock';
 import * as v1 from '../src/gen/grpc/reflection/v1/reflection';
 import * as v1alpha from '../src/gen/grpc/reflection/v1alpha/reflection';
@@ -16,7 +16,25 @@ const EXAMPLE = path.resolve(__dirname, '../../examples/config');
 const T0 = 1_800_000_000_000; // a multiple of 5 minutes: every window starts here
 const RLS = 'envoy.service.ratelimit.v3.RateLimitService';
 const RLS_FILE = 'envoy/service/ratelimit/v3/rls.proto';
-const SERVICES = [RLS, 'grpc.health.v1.Health', 'grpc.reflection.v1.ServerReflection', 'grpc.reflection.v1alpha.ServerReflection'];
+const RLQS = 'envoy.service.rate_limit_quota.v3.RateLimitQuotaService';
+const SERVICES = [RLQS, RLS, 'grpc.health.v1.Health', 'grpc.reflection.v1.ServerReflection', 'grpc.reflection.v1alpha.ServerReflection'];
+
+// Every file after its imports. protobuf-es' resolver form of createFileRegistry misorders a file
+// imported both directly and through another import (RLQS: google/protobuf/duration.proto), so the
+// registry is built from a set in this order instead.
+function dependenciesFirst(files: Map<string, FileDescriptorProto>): FileDescriptorProto[] {
+  const out: FileDescriptorProto[] = [];
+  const placed = new Set<string>();
+  const place = (name: string) => {
+    if (placed.has(name)) return;
+    placed.add(name);
+    const file = files.get(name)!;
+    for (const dep of file.dependency) place(dep);
+    out.push(file);
+  };
+  for (const name of files.keys()) place(name);
+  return out;
+}
 
 type Request = v1.ServerReflectionRequest['messageRequest'];
 type Response = v1.ServerReflectionResponse;
@@ -74,7 +92,7 @@ for (const [version, Client] of [
       await s.stop();
     });
 
-    test('list_services names the RLS, health and both reflection services', async () => {
+    test('list_services names the RLS, RLQS, health and both reflection services', async () => {
       const stream = new ReflectionStream(client);
       const r = await stream.ask({ $case: 'listServices', value: '' });
       stream.close();
@@ -98,7 +116,7 @@ for (const [version, Client] of [
         }
         stream.close();
         assert.deepEqual(first.map((f) => f.name).sort(), [...files.keys()].sort(), `the first answer for ${service} carried the closure`);
-        const registry = createFileRegistry(first[0], (name) => files.get(name));
+        const registry = createFileRegistry(create(FileDescriptorSetSchema, { file: dependenciesFirst(files) }));
         assert.ok(registry.getService(service), service);
       }
     });

@@ -17,6 +17,9 @@ import { failureLog, mapError } from './status';
 import { closeGrpcFront, listenGrpcCheckingSan } from './client-san';
 import { credentialsTls } from './tls';
 import type { Tracer } from './tracing';
+import type { RateLimitQuotaService } from '../service/rlqs/quota';
+import { RateLimitQuotaServiceService } from '../gen/envoy/service/rate_limit_quota/v3/rlqs';
+import { rlqsService } from './rlqs';
 
 function pbServing(health: HealthState, service: string): PbServing {
   if (!(HEALTH_SERVICES as readonly string[]).includes(service)) return PbServing.SERVICE_UNKNOWN;
@@ -80,6 +83,8 @@ export interface GrpcConnectionLimits {
 
 export interface GrpcDeps {
   service: RateLimitService;
+  // StreamRateLimitQuotas (RLQS), on the same port, when given.
+  quota?: RateLimitQuotaService;
   connection?: GrpcConnectionLimits;
   health: HealthState;
   metrics: Metrics;
@@ -147,7 +152,9 @@ export function grpcServices(deps: GrpcDeps, active: { calls: number }): Service
       );
     },
   };
-  return [[rlsDefinition(service.bounds), rls], [HealthService, healthImpl(health)], ...reflectionServices([RateLimitServiceService, HealthService])];
+  const quota: ServiceEntry[] = deps.quota === undefined ? [] : [rlqsService(deps.quota, logger)];
+  const reflected = [RateLimitServiceService, HealthService, ...(deps.quota === undefined ? [] : [RateLimitQuotaServiceService])];
+  return [[rlsDefinition(service.bounds), rls], [HealthService, healthImpl(health)], ...quota, ...reflectionServices(reflected)];
 }
 
 // How long no call may be in flight before a draining server closes what is left, ms.

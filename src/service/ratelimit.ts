@@ -26,7 +26,8 @@ export interface ServiceDeps {
 
 // ShouldRateLimit, independent of the transport (gRPC and HTTP /json both call it).
 export class RateLimitService {
-  private readonly limiter: LimiterSettings;
+  // Also how RLQS (service/rlqs/) finds a bucket's counter: the same keys as RLS.
+  readonly limiter: LimiterSettings;
   private readonly responseOptions: ResponseOptions;
   // What one request may carry; the transports also size their byte caps from it.
   readonly bounds: RequestBounds;
