@@ -2,21 +2,11 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, type TestContext, test } from 'node:test';
 import YAML from 'yaml';
 import { metricSum, waitReady } from '../bench/fleet';
-import {
-  changedPaths,
-  envoyBinary,
-  envoyVersion,
-  INSTALL_COMMAND,
-  pinnedEnvoyVersion,
-  type RunningEnvoy,
-  startEnvoy,
-  validateEnvoyConfig,
-} from './support/envoy';
+import { changedPaths, envoyBinary, type RunningEnvoy, startEnvoy } from './support/envoy';
 import { REPO, type ServerProcess, spawnServer, spawnServers } from './support/process';
 import { type RedisNode, startRedis, stopAll } from './support/redis';
 import { awayFromWindowEdge } from './support/time';
@@ -38,7 +28,6 @@ const STEADY_TENANTS = 500;
 // The README's fallback bound (When Redis is slow or gone): a key no replica has seen starts from
 // each replica's share of the whole limit, 1 / the live replicas.
 const OUTAGE_BOUND = REPLICAS * Math.floor(FREE_LIMIT / REPLICAS);
-const SKIP_DIRS = new Set(['node_modules', 'dist', '.git', '.envoy']);
 
 interface Answer {
   status: number;
@@ -154,75 +143,6 @@ async function untilAnswers(what: string, predicate: (a: Answer) => boolean, str
     await new Promise((r) => setTimeout(r, 25));
   }
 }
-
-// Every Envoy bootstrap the repository ships: YAML files, and YAML blocks in Markdown.
-function shippedEnvoyConfigs(): { name: string; text: string }[] {
-  const found: { name: string; text: string }[] = [];
-  // Only texts that name a bootstrap's top-level field are parsed (test fixtures include YAML bombs).
-  const isBootstrap = (text: string) =>
-    /^(static|dynamic)_resources:/m.test(text) &&
-    YAML.parseAllDocuments(text).some((d) => {
-      const doc: unknown = d.toJS();
-      return !!doc && typeof doc === 'object' && ('static_resources' in doc || 'dynamic_resources' in doc);
-    });
-  const visit = (dir: string) => {
-    for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
-      const file = path.join(dir, entry.name);
-      const rel = path.relative(REPO, file);
-      if (entry.isDirectory()) {
-        if (!SKIP_DIRS.has(entry.name)) visit(file);
-      } else if (/\.ya?ml$/.test(entry.name)) {
-        const text = fs.readFileSync(file, 'utf8');
-        if (isBootstrap(text)) found.push({ name: rel, text });
-      } else if (entry.name.endsWith('.md')) {
-        const blocks = [...fs.readFileSync(file, 'utf8').matchAll(/```ya?ml\n([\s\S]*?)```/g)].map((m) => m[1]);
-        blocks.forEach((text, i) => {
-          if (isBootstrap(text)) found.push({ name: `${rel} (YAML block ${i + 1})`, text });
-        });
-      }
-    }
-  };
-  visit(REPO);
-  return found;
-}
-
-describe('the pinned Envoy and the shipped Envoy configs', () => {
-  test('the Envoy the tests run is the pinned version, and docker-compose.yml runs the same', () => {
-    const pinned = pinnedEnvoyVersion();
-    assert.equal(envoyVersion(), pinned, `${envoyBinary()} is not Envoy ${pinned}`);
-    const compose = YAML.parse(fs.readFileSync(path.join(REPO, 'docker-compose.yml'), 'utf8'));
-    assert.equal(compose.services.envoy.image, `envoyproxy/envoy:v${pinned}`);
-    assert.ok(fs.readFileSync(path.join(REPO, 'README.md'), 'utf8').includes(INSTALL_COMMAND), 'the README says how to install it');
-  });
-
-  test('every shipped Envoy config passes `envoy --mode validate`, unchanged', () => {
-    const configs = shippedEnvoyConfigs();
-    const names = configs.map((c) => c.name);
-    assert.ok(names.includes('envoy/envoy.yaml'), `found: ${names.join(', ')}`);
-    const compose = YAML.parse(fs.readFileSync(path.join(REPO, 'docker-compose.yml'), 'utf8'));
-    for (const volume of compose.services.envoy.volumes as string[]) {
-      const source = path.normalize(volume.split(':')[0]);
-      if (/\.ya?ml$/.test(source)) assert.ok(names.includes(source), `docker-compose.yml mounts ${source} into Envoy; not found as a bootstrap`);
-    }
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-envoy-validate-'));
-    try {
-      configs.forEach(({ name, text }, i) => {
-        const file = path.join(dir, `${i}.yaml`);
-        fs.writeFileSync(file, text);
-        const { ok, output } = validateEnvoyConfig(file);
-        assert.ok(ok, `${name}: envoy --mode validate failed:\n${output}`);
-      });
-      // The check can fail: a misspelled field is refused.
-      const broken = path.join(dir, 'broken.yaml');
-      fs.writeFileSync(broken, configs[0].text.replace('failure_mode_deny:', 'failure_mode_denyy:'));
-      const { ok, output } = validateEnvoyConfig(broken);
-      assert.equal(ok, false);
-      assert.match(output, /failure_mode_denyy/);
-    } finally {
-      fs.rmSync(dir, { recursive: true, force: true });
-    }
-  });
-});
 
 describe('envoy/envoy.yaml in front of two sluice replicas on one Redis', () => {
   before(async () => {
