@@ -9,9 +9,9 @@ import type { CompiledConfig, DescriptorNode, KeyBranch, RateLimitRule } from '.
 import { aggregateIp } from '../src/ip';
 import { envoyProtoDirs, formatProtoJsonError, ProtoJsonValidator } from './support/proto-json-validate';
 
-// No Envoy binary runs on the development machines, so envoy/envoy.yaml and docs/istio.md are
-// checked here: against Envoy's own protos, and against sluice's matcher for the descriptors their
-// route actions produce.
+// envoy/envoy.yaml and docs/istio.md are checked here against Envoy's own protos (field by field,
+// with messages naming the place), and against sluice's matcher for the descriptors their route
+// actions produce; test/envoy-in-front.test.ts runs the real Envoy on envoy/envoy.yaml.
 
 // Parsed YAML, navigated freely: the validator and the assertions are what check its shape.
 type Yaml = any;
