@@ -43,12 +43,19 @@ function shippedEnvoyConfigs(): { name: string; text: string }[] {
   return found;
 }
 
+// docker-compose.yml's services that run Envoy's image.
+function envoyServices(): [string, { image: string; volumes?: string[] }][] {
+  const compose = YAML.parse(fs.readFileSync(path.join(REPO, 'docker-compose.yml'), 'utf8')) as { services: Record<string, { image?: string; volumes?: string[] }> };
+  return Object.entries(compose.services).filter((e): e is [string, { image: string; volumes?: string[] }] => e[1].image?.startsWith('envoyproxy/envoy:') === true);
+}
+
 describe('the pinned Envoy and the shipped Envoy configs', () => {
   test('the Envoy the tests run is the pinned version, and docker-compose.yml runs the same', () => {
     const pinned = pinnedEnvoyVersion();
     assert.equal(envoyVersion(), pinned, `${envoyBinary()} is not Envoy ${pinned}`);
-    const compose = YAML.parse(fs.readFileSync(path.join(REPO, 'docker-compose.yml'), 'utf8'));
-    assert.equal(compose.services.envoy.image, `envoyproxy/envoy:v${pinned}`);
+    const services = envoyServices();
+    assert.ok(services.length > 0, 'docker-compose.yml runs no Envoy');
+    for (const [name, service] of services) assert.equal(service.image, `envoyproxy/envoy:v${pinned}`, `docker-compose.yml service ${name}`);
     assert.ok(fs.readFileSync(path.join(REPO, 'README.md'), 'utf8').includes(INSTALL_COMMAND), 'the README says how to install it');
   });
 
@@ -56,10 +63,11 @@ describe('the pinned Envoy and the shipped Envoy configs', () => {
     const configs = shippedEnvoyConfigs();
     const names = configs.map((c) => c.name);
     assert.ok(names.includes('envoy/envoy.yaml'), `found: ${names.join(', ')}`);
-    const compose = YAML.parse(fs.readFileSync(path.join(REPO, 'docker-compose.yml'), 'utf8'));
-    for (const volume of compose.services.envoy.volumes as string[]) {
-      const source = path.normalize(volume.split(':')[0]);
-      if (/\.ya?ml$/.test(source)) assert.ok(names.includes(source), `docker-compose.yml mounts ${source} into Envoy; not found as a bootstrap`);
+    for (const [name, service] of envoyServices()) {
+      for (const volume of service.volumes ?? []) {
+        const source = path.normalize(volume.split(':')[0]);
+        if (/\.ya?ml$/.test(source)) assert.ok(names.includes(source), `docker-compose.yml mounts ${source} into ${name}; not found as a bootstrap`);
+      }
     }
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-envoy-validate-'));
     try {
@@ -71,7 +79,9 @@ describe('the pinned Envoy and the shipped Envoy configs', () => {
       });
       // The check can fail: a misspelled field is refused.
       const broken = path.join(dir, 'broken.yaml');
-      fs.writeFileSync(broken, configs[0].text.replace('failure_mode_deny:', 'failure_mode_denyy:'));
+      const example = configs.find((c) => c.name === 'envoy/envoy.yaml')!.text;
+      assert.ok(example.includes('failure_mode_deny:'));
+      fs.writeFileSync(broken, example.replace('failure_mode_deny:', 'failure_mode_denyy:'));
       const { ok, output } = validateEnvoyConfig(broken);
       assert.equal(ok, false);
       assert.match(output, /failure_mode_denyy/);
