@@ -185,11 +185,14 @@ export interface Settings {
   otlpTracesEndpoint: string;
   // k1=v1,k2=v2 (URL-encoded values), as the OTel SDK reads it; see otlpHeaders().
   otlpHeaders: string;
+  // Where each setting given explicitly came from: its flag (--grpc-port) or the environment
+  // variable read (PORT rather than HTTP_PORT), so that messages name what the user wrote.
+  origins?: Partial<Record<keyof Settings, string>>;
 }
 
 type Kind = 'string' | 'list' | 'port' | 'int' | 'count' | 'ratio' | 'share' | 'bool' | 'enum' | 'duration' | 'auto-int';
 
-interface Spec {
+export interface Spec {
   key: keyof Settings;
   flag: string;
   env: string[];
@@ -445,19 +448,23 @@ export function loadSettings(argv: readonly string[] = [], env: NodeJS.ProcessEn
   const out: Record<string, unknown> = {};
   // Settings given by flag or environment: COMPAT_MODE changes only the others' defaults.
   const explicit = new Set<keyof Settings>();
+  const origins: Partial<Record<keyof Settings, string>> = {};
   for (const spec of SETTINGS) {
     const given = flags.get(spec.flag);
     if (given !== undefined) {
       const values = given.map((v) => parseValue(spec, v, `--${spec.flag}`));
       out[spec.key] = spec.kind === 'list' ? values.flat() : values[values.length - 1];
       explicit.add(spec.key);
+      origins[spec.key] = `--${spec.flag}`;
       continue;
     }
     const envName = spec.env.find((name) => env[name] !== undefined);
     out[spec.key] = envName !== undefined ? parseValue(spec, env[envName] as string, envName) : spec.def;
     if (envName !== undefined) explicit.add(spec.key);
+    if (envName !== undefined) origins[spec.key] = envName;
   }
   const settings = out as unknown as Settings;
+  settings.origins = origins;
   applyCompatMode(settings, explicit);
   settings.storeImpliedBy = impliedStore(flags, env);
   if (settings.storeImpliedBy !== undefined) settings.store = 'redis';
@@ -610,6 +617,12 @@ function validatePerSecond(s: Settings): void {
   }
 }
 
+// The name a message should give a setting: the flag or variable the user set it with, else
+// sluice's own environment name.
+export function settingName(s: Settings, key: keyof Settings): string {
+  return s.origins?.[key] ?? SETTINGS.find((spec) => spec.key === key)!.env[0];
+}
+
 export function defaultSettings(overrides: Partial<Settings> = {}): Settings {
   return { ...loadSettings([], {}), ...overrides };
 }
@@ -633,7 +646,8 @@ export function redactRedisUrl(url: string): string {
 
 // Settings as logged at startup, with secrets (and a password inside REDIS_URL) redacted.
 export function describeSettings(settings: Settings): Record<string, unknown> {
-  const out: Record<string, unknown> = { ...settings };
+  const { origins: _origins, ...shown } = settings;
+  const out: Record<string, unknown> = shown;
   for (const key of SECRET) if (out[key] !== '') out[key] = '[redacted]';
   for (const key of SECRET_VALUES) out[key] = (settings[key] as string[]).map((e) => `${e.split(':')[0]}:[redacted]`);
   out.redisUrl = redactRedisUrl(settings.redisUrl);
