@@ -547,7 +547,7 @@ function validatePrometheus(s: Settings): void {
 
 function validateTracing(s: Settings): void {
   for (const [name, url] of [['OTEL_EXPORTER_OTLP_ENDPOINT', s.otlpEndpoint], ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', s.otlpTracesEndpoint]]) {
-    if (url !== '' && !/^https?:\/\/[^/]/.test(url)) throw new SettingsError(`${name}: expected an http:// or https:// URL, got '${url}'`);
+    if (url !== '' && !/^https?:\/\/[^/]/.test(url)) throw new SettingsError(`${name}: expected an http:// or https:// URL, got '${redactRedisUrl(url)}'`);
   }
   otlpHeaders(s.otlpHeaders);
 }
@@ -628,17 +628,22 @@ export function defaultSettings(overrides: Partial<Settings> = {}): Settings {
 }
 
 const SECRET: readonly (keyof Settings)[] = ['redisAuth', 'redisSentinelAuth', 'keyHashSecret', 'globalRedisAuth', 'otlpHeaders', 'redisPerSecondAuth', 'redisPerSecondSentinelAuth'];
+// Other URLs that may carry a user and password.
+const URLS = ['otlpEndpoint', 'otlpTracesEndpoint', 'xdsServerUrl'] as const;
 // Lists of key:value whose values are secrets (an authorization header).
 const SECRET_VALUES: readonly (keyof Settings)[] = ['xdsAdditionalHeaders'];
 
-// A Redis URL fit for logs and messages: the credentials (everything between '//' and the last
-// '@': a password may itself contain '@', ':' or '/') become [redacted]; a user name, which cannot
-// contain ':', stays. Without '//', everything before the last '@'.
+// A URL (Redis, or any with a user and password: OTLP, xDS) fit for logs and messages: the
+// credentials become [redacted]. They run from after the scheme's '://' (from the start without
+// one) to the last '@', the rule redis-connection.ts parses by, since a password pasted unencoded
+// may itself hold '@', ':', '/' or '//'; a user name (up to the first ':', which a user name
+// cannot hold) stays. In a list (cluster nodes) everything from the first entry to the last '@'
+// is hidden: a password may hold ',' too.
 export function redactRedisUrl(url: string): string {
   const at = url.lastIndexOf('@');
   if (at < 0) return url;
-  const slashes = url.indexOf('//');
-  const start = slashes >= 0 && slashes < at ? slashes + 2 : 0;
+  const scheme = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.exec(url);
+  const start = scheme !== null && scheme[0].length <= at ? scheme[0].length : 0;
   const colon = url.indexOf(':', start);
   const keep = colon >= 0 && colon < at ? colon + 1 : start;
   return `${url.slice(0, keep)}[redacted]${url.slice(at)}`;
@@ -653,6 +658,7 @@ export function describeSettings(settings: Settings): Record<string, unknown> {
   out.redisUrl = redactRedisUrl(settings.redisUrl);
   out.globalRedisUrl = redactRedisUrl(settings.globalRedisUrl);
   out.redisPerSecondUrl = redactRedisUrl(settings.redisPerSecondUrl);
+  for (const key of URLS) out[key] = redactRedisUrl(settings[key]);
   return out;
 }
 
