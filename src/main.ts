@@ -6,7 +6,7 @@ import { runWorker } from './server/cluster-worker';
 import { stopOnSignals } from './server/cluster-signals';
 import { logWorkers, planWorkers, runPrimary } from './server/workers';
 import { createLogger, type Logger } from './logger';
-import { loadSettings, SettingsError, upstreamSettingsNotRead } from './settings';
+import { conflictingNames, loadSettings, type Settings, SettingsError, upstreamSettingsNotRead } from './settings';
 import { VERSION } from './version';
 
 // Thin on purpose: settings → app → start → signals.
@@ -20,17 +20,18 @@ async function serve(argv: string[]): Promise<void> {
   const workers = planWorkers(settings);
   if (workers.count > 1) {
     const logger = createLogger(settings.logLevel, undefined, { format: settings.logFormat });
-    warnNotRead(logger);
+    warnAtStart(logger, settings);
     return runPrimary(settings, workers, logger);
   }
   const app = createApp(settings);
-  warnNotRead(app.logger);
+  warnAtStart(app.logger, settings);
   await app.start();
   logWorkers(app.logger, workers);
   stopOnSignals({ logger: app.logger, stop: () => app.stop(), hup: () => app.reloadConfig() });
 }
 
-function warnNotRead(logger: Logger): void {
+function warnAtStart(logger: Logger, settings: Settings): void {
+  for (const c of conflictingNames(settings, process.env)) logger.warn({ event: 'settings_conflict', names: c.names, used: c.used }, c.message);
   const notRead = upstreamSettingsNotRead(process.env);
   if (notRead.length > 0) {
     logger.warn({ event: 'upstream_settings_not_read', names: notRead }, `envoyproxy/ratelimit settings that sluice does not read: ${notRead.join(', ')} (docs/migrating.md says what sluice does instead)`);

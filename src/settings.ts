@@ -92,6 +92,8 @@ export interface Settings {
   redisPoolSize: number;
   redisTimeoutMs: number;
   redisConnectTimeoutMs: number;
+  // '' = as the URL says (a path is a unix socket); upstream's tcp | unix are checked against it.
+  redisSocketType: string;
   // REDIS_PERSECOND: limits of one second or less on their own Redis (store/persecond.ts).
   redisPerSecond: boolean;
   redisPerSecondUrl: string;
@@ -270,6 +272,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'redisPoolSize', flag: 'redis-pool-size', env: ['REDIS_POOL_SIZE'], kind: 'int', def: 1, help: 'connections per Redis (pipelined; more only help when Redis latency dominates)' },
   { key: 'redisTimeoutMs', flag: 'redis-timeout', env: ['REDIS_TIMEOUT'], kind: 'duration', def: 1000, help: 'a Redis call unanswered this long opens the breaker at once (the call is not abandoned: its outcome is still counted when Redis answers)' },
   { key: 'redisConnectTimeoutMs', flag: 'redis-connect-timeout', env: ['REDIS_CONNECT_TIMEOUT'], kind: 'duration', def: 2000, help: 'connect timeout; sluice keeps retrying, health says NOT_SERVING meanwhile' },
+  { key: 'redisSocketType', flag: 'redis-socket-type', env: ['REDIS_SOCKET_TYPE'], kind: 'string', def: '', help: "tcp or unix; empty = as REDIS_URL says (a path is a unix socket). Upstream's setting, checked against the URL: a mismatch is refused at start" },
   { key: 'redisPerSecond', flag: 'redis-persecond', env: ['REDIS_PERSECOND'], kind: 'bool', def: false, help: 'count limits of one second or less (unit: second) on their own Redis, REDIS_PERSECOND_URL, and the others on REDIS_URL, as upstream' },
   { key: 'redisPerSecondUrl', flag: 'redis-persecond-url', env: ['REDIS_PERSECOND_URL'], kind: 'string', def: '', help: 'the per-second Redis, in the forms of REDIS_URL for REDIS_PERSECOND_TYPE; needed with REDIS_PERSECOND' },
   { key: 'redisPerSecondType', flag: 'redis-persecond-type', env: ['REDIS_PERSECOND_TYPE'], kind: 'enum', def: 'single', choices: ['single', 'sentinel', 'cluster'], help: 'deployment of the per-second Redis' },
@@ -601,20 +604,42 @@ function validateRegion(s: Settings): void {
   if (s.globalRedisType === 'cluster' && s.hashTag === 'none') throw new SettingsError('GLOBAL_REDIS_TYPE=cluster needs KEY_HASH_TAG descriptor or domain: a counter and its regions\' demand must share a slot');
 }
 
-// REDIS_PERSECOND: what it needs, and upstream's socket type against the URL's form (as for
-// REDIS_URL, sluice connects as the URL says: a path is a unix socket).
+// Upstream's REDIS_SOCKET_TYPE and REDIS_PERSECOND_SOCKET_TYPE, checked against the URL's form:
+// sluice connects as the URL says (a path is a unix socket), so a type that contradicts it is
+// refused rather than ignored.
+function checkSocketType(o: { typeName: string; urlName: string; type: string; url: string; single: boolean; used: boolean }): void {
+  const type = o.type.toLowerCase();
+  if (!['', 'tcp', 'unix'].includes(type)) throw new SettingsError(`${o.typeName}: expected tcp or unix, got '${o.type}'`);
+  const unix = o.url.trim().startsWith('/');
+  if (!o.used || !o.single || type === '' || (type === 'unix') === unix) return;
+  const form = unix ? 'a unix socket path' : 'a network address';
+  throw new SettingsError(`${o.typeName}=${type} but ${o.urlName} is ${form} ('${redactRedisUrl(o.url)}'); set ${unix ? 'unix' : 'tcp'} or leave it empty`);
+}
+
+// REDIS_PERSECOND: what it needs; each Redis' socket type against its URL.
 function validatePerSecond(s: Settings): void {
-  const type = s.redisPerSecondSocketType.toLowerCase();
-  if (!['', 'tcp', 'unix'].includes(type)) throw new SettingsError(`REDIS_PERSECOND_SOCKET_TYPE: expected tcp or unix, got '${s.redisPerSecondSocketType}'`);
-  if (!s.redisPerSecond) return;
-  if (s.store !== 'redis') throw new SettingsError('REDIS_PERSECOND needs STORE=redis: per-second limits go to their own Redis, the others to REDIS_URL');
-  if (s.redisPerSecondUrl.trim() === '') throw new SettingsError('REDIS_PERSECOND needs REDIS_PERSECOND_URL: the Redis that counts limits of one second or less');
-  if (s.globalRedisUrl !== '') throw new SettingsError('REDIS_PERSECOND cannot be combined with GLOBAL_REDIS_URL (multi-region keeps every limit on the regional Redis)');
-  const unix = s.redisPerSecondUrl.trim().startsWith('/');
-  if (s.redisPerSecondType === 'single' && type !== '' && (type === 'unix') !== unix) {
-    const form = unix ? 'a unix socket path' : 'a network address';
-    throw new SettingsError(`REDIS_PERSECOND_SOCKET_TYPE=${type} but REDIS_PERSECOND_URL is ${form} ('${redactRedisUrl(s.redisPerSecondUrl)}'); set ${unix ? 'unix' : 'tcp'} or leave it empty`);
+  checkSocketType({ typeName: 'REDIS_SOCKET_TYPE', urlName: 'REDIS_URL', type: s.redisSocketType, url: s.redisUrl, single: s.redisType === 'single', used: s.store === 'redis' });
+  if (s.redisPerSecond) {
+    if (s.store !== 'redis') throw new SettingsError('REDIS_PERSECOND needs STORE=redis: per-second limits go to their own Redis, the others to REDIS_URL');
+    if (s.redisPerSecondUrl.trim() === '') throw new SettingsError('REDIS_PERSECOND needs REDIS_PERSECOND_URL: the Redis that counts limits of one second or less');
+    if (s.globalRedisUrl !== '') throw new SettingsError('REDIS_PERSECOND cannot be combined with GLOBAL_REDIS_URL (multi-region keeps every limit on the regional Redis)');
   }
+  checkSocketType({ typeName: 'REDIS_PERSECOND_SOCKET_TYPE', urlName: 'REDIS_PERSECOND_URL', type: s.redisPerSecondSocketType, url: s.redisPerSecondUrl, single: s.redisPerSecondType === 'single', used: s.redisPerSecond });
+}
+
+// Settings given twice in the environment, under sluice's name and upstream's (HTTP_PORT and
+// PORT, ADMIN_PORT and DEBUG_PORT...), with different values: which one is used, for a start-up
+// warning. The precedence is the table's: a flag, then the names in their order.
+export function conflictingNames(s: Settings, env: NodeJS.ProcessEnv): { names: string[]; used: string; message: string }[] {
+  const out: { names: string[]; used: string; message: string }[] = [];
+  for (const spec of SETTINGS) {
+    const given = spec.env.filter((name) => env[name] !== undefined);
+    if (new Set(given.map((name) => env[name])).size < 2) continue;
+    const used = settingName(s, spec.key);
+    const values = given.map((name) => `${name}=${env[name]}`).join(' and ');
+    out.push({ names: given, used, message: `${values} are both set: ${used} is used${used.startsWith('--') ? ' (a flag wins over the environment)' : ''}` });
+  }
+  return out;
 }
 
 // The name a message should give a setting: the flag or variable the user set it with, else
