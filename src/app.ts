@@ -21,7 +21,8 @@ import { compatModeLine } from './compat-mode';
 import { Metrics } from './server/metrics';
 import { StatsdSink } from './server/statsd';
 import { createTracer } from './server/tracing';
-import { describeSettings, type PartitionPolicy, partitionPolicy, redactRedisUrl, type Settings } from './settings';
+import { describeSettings, type PartitionPolicy, partitionPolicy, redactRedisUrl, settingName, type Settings } from './settings';
+import { listenAs, type ListenTarget } from './server/listen-error';
 import { regionEvents } from './server/region-events';
 import type { StoreEvents } from './store/events';
 import type { OverLimitCacheStats } from './store/over-limit-cache';
@@ -33,6 +34,7 @@ import { createPerSecondRedis } from './store/persecond';
 import { RedisStore } from './store/redis';
 import { createRedisClients } from './store/redis-connection';
 import type { Store } from './store/store';
+import { buildInfo, VERSION } from './version';
 
 export interface AppOptions {
   logger?: Logger;
@@ -163,7 +165,7 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       })
     : undefined;
   const tracer = createTracer(settings, logger);
-  const deps = { service, health, metrics, config, logger, settingsDump: () => describeSettings(settings), tracer };
+  const deps = { service, health, metrics, config, logger, settingsDump: () => ({ ...buildInfo(), ...describeSettings(settings) }), tracer };
   const prometheus = createPrometheusListener({ settings, metrics, deps, http: httpOptions(settings), logger });
   let grpcServer: GrpcListener | undefined;
   const httpServers: http.Server[] = [];
@@ -177,7 +179,7 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
     config,
     logger,
     async start() {
-      logger.info({ event: 'starting', settings: describeSettings(settings) }, 'sluice starting');
+      logger.info({ event: 'starting', build: buildInfo(), settings: describeSettings(settings) }, `sluice ${VERSION} starting (Node.js ${process.versions.node})`);
       logStoreChoice(settings, logger);
       const mode = compatModeLine(settings);
       logger.info(mode.fields, mode.message);
@@ -190,7 +192,7 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       grpcServer = createGrpcListener(settings.grpcServerImpl, { service, quota, health, metrics, logger, tracer, connection });
       tls = serverTls(settings, logger);
       await tls?.ready;
-      const grpcPort = await grpcServer.bind(settings.grpcHost, settings.grpcPort, tls);
+      const grpcPort = await listenAs(listenTarget(settings, 'grpcHost', 'grpcPort'), grpcServer.bind(settings.grpcHost, settings.grpcPort, tls));
       // With gRPC TLS the main listener (POST /json) is HTTPS with the same certificate and client
       // CA, unless HTTP_PLAINTEXT; the admin listener (localhost by default) stays plaintext.
       const httpTls = settings.httpPlaintext ? undefined : tls;
@@ -198,8 +200,8 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       if (httpTls !== undefined && httpTls.clientSan !== '') refuseHttpsPeersWithoutSan(main as https.Server, httpTls);
       const admin = createHttpServer(deps, ADMIN_ROUTES, httpOptions(settings));
       httpServers.push(main, admin);
-      const httpPort = await listenHttp(main, settings.host, settings.httpPort);
-      const adminPort = await listenHttp(admin, settings.adminHost, settings.adminPort);
+      const httpPort = await listenAs(listenTarget(settings, 'host', 'httpPort'), listenHttp(main, settings.host, settings.httpPort));
+      const adminPort = await listenAs(listenTarget(settings, 'adminHost', 'adminPort'), listenHttp(admin, settings.adminHost, settings.adminPort));
       const prometheusPort = await prometheus?.start();
       const ports = { grpcPort, httpPort, adminPort, httpTls: httpTls !== undefined };
       logger.info(
@@ -233,6 +235,11 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       logger.info({ event: 'stopped' }, 'sluice stopped');
     },
   };
+}
+
+// A listener's settings as the user gave them, for a bind failure's message (listen-error.ts).
+function listenTarget(s: Settings, hostKey: 'grpcHost' | 'host' | 'adminHost', portKey: 'grpcPort' | 'httpPort' | 'adminPort'): ListenTarget {
+  return { hostSetting: `${settingName(s, hostKey)}=${s[hostKey]}`, portSetting: `${settingName(s, portKey)}=${s[portKey]}`, host: s[hostKey], port: s[portKey] };
 }
 
 export function configLimits(settings: Settings): ConfigLimits {

@@ -1,24 +1,11 @@
 import { windowNotes } from './config/dump';
 import { loadConfig, type LoadResult, warningMessage } from './config/load';
+import { checkUsage } from './cli-help';
 import { ConfigError } from './errors';
 import { loadSettings, SETTINGS, type Settings } from './settings';
 
 export { runSimulate } from './simulate';
-
-export function usage(): string {
-  const rows = SETTINGS.map((s) => `  --${s.flag.padEnd(28)} ${s.env.join(', ').padEnd(34)} ${s.help}`);
-  return [
-    'usage: sluice [serve] [flags]      run the rate limit service (default)',
-    '       sluice check [--merge-domain-config] [--config-max-file-bytes N] [--config-max-descriptors N] PATH...',
-    '                                   validate config files or directories (exit 1 on any error)',
-    '       sluice simulate [--pattern P] [--algorithm A] [--limit N] [--unit U | --period D] [--burst N] [--duration D] [--out FILE.svg]',
-    '                                   replay a traffic pattern through the algorithms on a virtual clock (sluice simulate --help)',
-    '',
-    'flags (flag, environment variables, meaning):',
-    ...rows,
-    '',
-  ].join('\n');
-}
+export { settingsHelp, usage } from './cli-help';
 
 // Settings `sluice check` takes, as flags or from the environment: the same caps as `serve`.
 const CHECK_FLAGS = ['merge-domain-config', 'config-max-file-bytes', 'config-max-descriptors'];
@@ -35,6 +22,10 @@ function checkSettings(flags: string[]): Settings {
 // and exits 1 when there is one; 2 for a usage error. Never a stack trace. On success, a note per
 // rule whose window Envoy cannot be told exactly.
 export function runCheck(args: readonly string[], out: NodeJS.WritableStream, err: NodeJS.WritableStream): number {
+  if (args.includes('--help') || args.includes('-h')) {
+    out.write(checkUsage(CHECK_FLAGS));
+    return 0;
+  }
   const paths: string[] = [];
   const flags: string[] = [];
   for (let i = 0; i < args.length; i++) {

@@ -11,8 +11,9 @@ export interface LoggerOptions {
 }
 
 // Fields a person reading the pretty lines does not need: the start-up settings dump is the same
-// as GET /settings on the admin port, and the message already says what `event` and `warning` say.
-const PRETTY_IGNORE = 'pid,hostname,service,event,settings,warning';
+// as GET /settings on the admin port, and the message already says what `event`, `warning` and
+// `build` (the version) say.
+const PRETTY_IGNORE = 'pid,hostname,service,event,settings,warning,build';
 
 // Log lines on stdout: one per startup and config event, request lines at debug.
 export function createLogger(level: LogLevel, destination?: pino.DestinationStream, options: LoggerOptions = {}): Logger {

@@ -97,6 +97,8 @@ export interface Settings {
   redisPoolSize: number;
   redisTimeoutMs: number;
   redisConnectTimeoutMs: number;
+  // '' = as the URL says (a path is a unix socket); upstream's tcp | unix are checked against it.
+  redisSocketType: string;
   // REDIS_PERSECOND: limits of one second or less on their own Redis (store/persecond.ts).
   redisPerSecond: boolean;
   redisPerSecondUrl: string;
@@ -190,11 +192,14 @@ export interface Settings {
   otlpTracesEndpoint: string;
   // k1=v1,k2=v2 (URL-encoded values), as the OTel SDK reads it; see otlpHeaders().
   otlpHeaders: string;
+  // Where each setting given explicitly came from: its flag (--grpc-port) or the environment
+  // variable read (PORT rather than HTTP_PORT), so that messages name what the user wrote.
+  origins?: Partial<Record<keyof Settings, string>>;
 }
 
 type Kind = 'string' | 'list' | 'port' | 'int' | 'count' | 'ratio' | 'share' | 'bool' | 'enum' | 'duration' | 'auto-int';
 
-interface Spec {
+export interface Spec {
   key: keyof Settings;
   flag: string;
   env: string[];
@@ -275,6 +280,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'redisPoolSize', flag: 'redis-pool-size', env: ['REDIS_POOL_SIZE'], kind: 'int', def: 1, help: 'connections per Redis (pipelined; more only help when Redis latency dominates)' },
   { key: 'redisTimeoutMs', flag: 'redis-timeout', env: ['REDIS_TIMEOUT'], kind: 'duration', def: 1000, help: 'a Redis call unanswered this long opens the breaker at once (the call is not abandoned: its outcome is still counted when Redis answers)' },
   { key: 'redisConnectTimeoutMs', flag: 'redis-connect-timeout', env: ['REDIS_CONNECT_TIMEOUT'], kind: 'duration', def: 2000, help: 'connect timeout; sluice keeps retrying, health says NOT_SERVING meanwhile' },
+  { key: 'redisSocketType', flag: 'redis-socket-type', env: ['REDIS_SOCKET_TYPE'], kind: 'string', def: '', help: "tcp or unix; empty = as REDIS_URL says (a path is a unix socket). Upstream's setting, checked against the URL: a mismatch is refused at start" },
   { key: 'redisPerSecond', flag: 'redis-persecond', env: ['REDIS_PERSECOND'], kind: 'bool', def: false, help: 'count limits of one second or less (unit: second) on their own Redis, REDIS_PERSECOND_URL, and the others on REDIS_URL, as upstream' },
   { key: 'redisPerSecondUrl', flag: 'redis-persecond-url', env: ['REDIS_PERSECOND_URL'], kind: 'string', def: '', help: 'the per-second Redis, in the forms of REDIS_URL for REDIS_PERSECOND_TYPE; needed with REDIS_PERSECOND' },
   { key: 'redisPerSecondType', flag: 'redis-persecond-type', env: ['REDIS_PERSECOND_TYPE'], kind: 'enum', def: 'single', choices: ['single', 'sentinel', 'cluster'], help: 'deployment of the per-second Redis' },
@@ -453,19 +459,23 @@ export function loadSettings(argv: readonly string[] = [], env: NodeJS.ProcessEn
   const out: Record<string, unknown> = {};
   // Settings given by flag or environment: COMPAT_MODE changes only the others' defaults.
   const explicit = new Set<keyof Settings>();
+  const origins: Partial<Record<keyof Settings, string>> = {};
   for (const spec of SETTINGS) {
     const given = flags.get(spec.flag);
     if (given !== undefined) {
       const values = given.map((v) => parseValue(spec, v, `--${spec.flag}`));
       out[spec.key] = spec.kind === 'list' ? values.flat() : values[values.length - 1];
       explicit.add(spec.key);
+      origins[spec.key] = `--${spec.flag}`;
       continue;
     }
     const envName = spec.env.find((name) => env[name] !== undefined);
     out[spec.key] = envName !== undefined ? parseValue(spec, env[envName] as string, envName) : spec.def;
     if (envName !== undefined) explicit.add(spec.key);
+    if (envName !== undefined) origins[spec.key] = envName;
   }
   const settings = out as unknown as Settings;
+  settings.origins = origins;
   applyCompatMode(settings, explicit);
   settings.storeImpliedBy = impliedStore(flags, env);
   if (settings.storeImpliedBy !== undefined) settings.store = 'redis';
@@ -548,7 +558,7 @@ function validatePrometheus(s: Settings): void {
 
 function validateTracing(s: Settings): void {
   for (const [name, url] of [['OTEL_EXPORTER_OTLP_ENDPOINT', s.otlpEndpoint], ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', s.otlpTracesEndpoint]]) {
-    if (url !== '' && !/^https?:\/\/[^/]/.test(url)) throw new SettingsError(`${name}: expected an http:// or https:// URL, got '${url}'`);
+    if (url !== '' && !/^https?:\/\/[^/]/.test(url)) throw new SettingsError(`${name}: expected an http:// or https:// URL, got '${redactRedisUrl(url)}'`);
   }
   otlpHeaders(s.otlpHeaders);
 }
@@ -602,20 +612,48 @@ function validateRegion(s: Settings): void {
   if (s.globalRedisType === 'cluster' && s.hashTag === 'none') throw new SettingsError('GLOBAL_REDIS_TYPE=cluster needs KEY_HASH_TAG descriptor or domain: a counter and its regions\' demand must share a slot');
 }
 
-// REDIS_PERSECOND: what it needs, and upstream's socket type against the URL's form (as for
-// REDIS_URL, sluice connects as the URL says: a path is a unix socket).
+// Upstream's REDIS_SOCKET_TYPE and REDIS_PERSECOND_SOCKET_TYPE, checked against the URL's form:
+// sluice connects as the URL says (a path is a unix socket), so a type that contradicts it is
+// refused rather than ignored.
+function checkSocketType(o: { typeName: string; urlName: string; type: string; url: string; single: boolean; used: boolean }): void {
+  const type = o.type.toLowerCase();
+  if (!['', 'tcp', 'unix'].includes(type)) throw new SettingsError(`${o.typeName}: expected tcp or unix, got '${o.type}'`);
+  const unix = o.url.trim().startsWith('/');
+  if (!o.used || !o.single || type === '' || (type === 'unix') === unix) return;
+  const form = unix ? 'a unix socket path' : 'a network address';
+  throw new SettingsError(`${o.typeName}=${type} but ${o.urlName} is ${form} ('${redactRedisUrl(o.url)}'); set ${unix ? 'unix' : 'tcp'} or leave it empty`);
+}
+
+// REDIS_PERSECOND: what it needs; each Redis' socket type against its URL.
 function validatePerSecond(s: Settings): void {
-  const type = s.redisPerSecondSocketType.toLowerCase();
-  if (!['', 'tcp', 'unix'].includes(type)) throw new SettingsError(`REDIS_PERSECOND_SOCKET_TYPE: expected tcp or unix, got '${s.redisPerSecondSocketType}'`);
-  if (!s.redisPerSecond) return;
-  if (s.store !== 'redis') throw new SettingsError('REDIS_PERSECOND needs STORE=redis: per-second limits go to their own Redis, the others to REDIS_URL');
-  if (s.redisPerSecondUrl.trim() === '') throw new SettingsError('REDIS_PERSECOND needs REDIS_PERSECOND_URL: the Redis that counts limits of one second or less');
-  if (s.globalRedisUrl !== '') throw new SettingsError('REDIS_PERSECOND cannot be combined with GLOBAL_REDIS_URL (multi-region keeps every limit on the regional Redis)');
-  const unix = s.redisPerSecondUrl.trim().startsWith('/');
-  if (s.redisPerSecondType === 'single' && type !== '' && (type === 'unix') !== unix) {
-    const form = unix ? 'a unix socket path' : 'a network address';
-    throw new SettingsError(`REDIS_PERSECOND_SOCKET_TYPE=${type} but REDIS_PERSECOND_URL is ${form} ('${redactRedisUrl(s.redisPerSecondUrl)}'); set ${unix ? 'unix' : 'tcp'} or leave it empty`);
+  checkSocketType({ typeName: 'REDIS_SOCKET_TYPE', urlName: 'REDIS_URL', type: s.redisSocketType, url: s.redisUrl, single: s.redisType === 'single', used: s.store === 'redis' });
+  if (s.redisPerSecond) {
+    if (s.store !== 'redis') throw new SettingsError('REDIS_PERSECOND needs STORE=redis: per-second limits go to their own Redis, the others to REDIS_URL');
+    if (s.redisPerSecondUrl.trim() === '') throw new SettingsError('REDIS_PERSECOND needs REDIS_PERSECOND_URL: the Redis that counts limits of one second or less');
+    if (s.globalRedisUrl !== '') throw new SettingsError('REDIS_PERSECOND cannot be combined with GLOBAL_REDIS_URL (multi-region keeps every limit on the regional Redis)');
   }
+  checkSocketType({ typeName: 'REDIS_PERSECOND_SOCKET_TYPE', urlName: 'REDIS_PERSECOND_URL', type: s.redisPerSecondSocketType, url: s.redisPerSecondUrl, single: s.redisPerSecondType === 'single', used: s.redisPerSecond });
+}
+
+// Settings given twice in the environment, under sluice's name and upstream's (HTTP_PORT and
+// PORT, ADMIN_PORT and DEBUG_PORT...), with different values: which one is used, for a start-up
+// warning. The precedence is the table's: a flag, then the names in their order.
+export function conflictingNames(s: Settings, env: NodeJS.ProcessEnv): { names: string[]; used: string; message: string }[] {
+  const out: { names: string[]; used: string; message: string }[] = [];
+  for (const spec of SETTINGS) {
+    const given = spec.env.filter((name) => env[name] !== undefined);
+    if (new Set(given.map((name) => env[name])).size < 2) continue;
+    const used = settingName(s, spec.key);
+    const values = given.map((name) => `${name}=${env[name]}`).join(' and ');
+    out.push({ names: given, used, message: `${values} are both set: ${used} is used${used.startsWith('--') ? ' (a flag wins over the environment)' : ''}` });
+  }
+  return out;
+}
+
+// The name a message should give a setting: the flag or variable the user set it with, else
+// sluice's own environment name.
+export function settingName(s: Settings, key: keyof Settings): string {
+  return s.origins?.[key] ?? SETTINGS.find((spec) => spec.key === key)!.env[0];
 }
 
 export function defaultSettings(overrides: Partial<Settings> = {}): Settings {
@@ -623,17 +661,22 @@ export function defaultSettings(overrides: Partial<Settings> = {}): Settings {
 }
 
 const SECRET: readonly (keyof Settings)[] = ['redisAuth', 'redisSentinelAuth', 'keyHashSecret', 'globalRedisAuth', 'otlpHeaders', 'redisPerSecondAuth', 'redisPerSecondSentinelAuth'];
+// Other URLs that may carry a user and password.
+const URLS = ['otlpEndpoint', 'otlpTracesEndpoint', 'xdsServerUrl'] as const;
 // Lists of key:value whose values are secrets (an authorization header).
 const SECRET_VALUES: readonly (keyof Settings)[] = ['xdsAdditionalHeaders'];
 
-// A Redis URL fit for logs and messages: the credentials (everything between '//' and the last
-// '@': a password may itself contain '@', ':' or '/') become [redacted]; a user name, which cannot
-// contain ':', stays. Without '//', everything before the last '@'.
+// A URL (Redis, or any with a user and password: OTLP, xDS) fit for logs and messages: the
+// credentials become [redacted]. They run from after the scheme's '://' (from the start without
+// one) to the last '@', the rule redis-connection.ts parses by, since a password pasted unencoded
+// may itself hold '@', ':', '/' or '//'; a user name (up to the first ':', which a user name
+// cannot hold) stays. In a list (cluster nodes) everything from the first entry to the last '@'
+// is hidden: a password may hold ',' too.
 export function redactRedisUrl(url: string): string {
   const at = url.lastIndexOf('@');
   if (at < 0) return url;
-  const slashes = url.indexOf('//');
-  const start = slashes >= 0 && slashes < at ? slashes + 2 : 0;
+  const scheme = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.exec(url);
+  const start = scheme !== null && scheme[0].length <= at ? scheme[0].length : 0;
   const colon = url.indexOf(':', start);
   const keep = colon >= 0 && colon < at ? colon + 1 : start;
   return `${url.slice(0, keep)}[redacted]${url.slice(at)}`;
@@ -641,12 +684,14 @@ export function redactRedisUrl(url: string): string {
 
 // Settings as logged at startup, with secrets (and a password inside REDIS_URL) redacted.
 export function describeSettings(settings: Settings): Record<string, unknown> {
-  const out: Record<string, unknown> = { ...settings };
+  const { origins: _origins, ...shown } = settings;
+  const out: Record<string, unknown> = shown;
   for (const key of SECRET) if (out[key] !== '') out[key] = '[redacted]';
   for (const key of SECRET_VALUES) out[key] = (settings[key] as string[]).map((e) => `${e.split(':')[0]}:[redacted]`);
   out.redisUrl = redactRedisUrl(settings.redisUrl);
   out.globalRedisUrl = redactRedisUrl(settings.globalRedisUrl);
   out.redisPerSecondUrl = redactRedisUrl(settings.redisPerSecondUrl);
+  for (const key of URLS) out[key] = redactRedisUrl(settings[key]);
   return out;
 }
 

@@ -8,7 +8,7 @@ import { RateLimitServiceClient, RateLimitResponse_Code as Code } from '../src/g
 import { callRls, d } from './support/app';
 import readline from 'node:readline';
 import { spawn } from 'node:child_process';
-import { usage } from '../src/cli';
+import { settingsHelp } from '../src/cli';
 import { loadSettings } from '../src/settings';
 import { MAIN, REPO, runCli, spawnServer } from './support/process';
 
@@ -160,7 +160,7 @@ describe('logs for a person', () => {
       assert.throws(() => JSON.parse(line), SyntaxError, `not JSON: ${line}`);
       assert.match(line, /^\[\d\d:\d\d:\d\d\.\d{3}\] (INFO|WARN): \S/, line);
     }
-    assert.match(lines[0], /\] INFO: sluice starting$/, 'the settings dump stays out of the pretty lines');
+    assert.match(lines[0], /\] INFO: sluice \S+ starting \(Node\.js [\d.]+\)$/, 'the settings dump stays out of the pretty lines');
     assert.match(lines.at(-1)!, /\] INFO: sluice stopped$/, 'the last line is written before the exit');
   });
 
@@ -172,7 +172,7 @@ describe('logs for a person', () => {
         listening.msg,
         `sluice listening: gRPC 127.0.0.1:${server.grpcPort}, HTTP 127.0.0.1:${server.httpPort}, admin 127.0.0.1:${server.adminPort}, store memory, config examples/config (1 domain)`,
       );
-      assert.equal(server.logs.find((l) => l.event === 'starting')?.msg, 'sluice starting');
+      assert.match(String(server.logs.find((l) => l.event === 'starting')?.msg), /^sluice \S+ starting \(Node\.js [\d.]+\)$/);
     } finally {
       await server.stop();
     }
@@ -186,8 +186,8 @@ describe('logs for a person', () => {
   });
 });
 
-test('--help puts each endpoint on the listener that serves it', () => {
-  const help = usage().split('\n');
+test('sluice help settings puts each endpoint on the listener that serves it', () => {
+  const help = settingsHelp().split('\n');
   const line = (flag: string) => help.find((l) => l.startsWith(`  --${flag} `)) ?? '';
   assert.match(line('http-port'), /\/json, \/healthcheck, \/readyz, \/livez, \/metrics; \/rlconfig is on the admin port/);
   assert.match(line('admin-host'), /\/rlconfig, \/explain, \/settings/);

@@ -42,6 +42,17 @@ describe('Redis connection settings', () => {
     assert.match(viaUrl.logs, /\[redacted\]/);
   });
 
+  test("a password holding '@', ':', '/', '#', '?' and '%', pasted unencoded in REDIS_URL, connects and is never logged", async () => {
+    const password = 'p@ss:w/rd#1?%zz@é-Kx9Q';
+    const node = await startRedis({ args: ['--requirepass', password] });
+    const unencoded = await decideThrough({ redisUrl: `redis://:${password}@127.0.0.1:${node.port}/1` });
+    assert.equal(unencoded.code, Code.OK);
+    const encoded = await decideThrough({ redisUrl: `redis://:${encodeURIComponent(password)}@127.0.0.1:${node.port}` });
+    assert.equal(encoded.code, Code.OK);
+    assert.doesNotMatch(unencoded.logs + encoded.logs, /Kx9Q|p@ss|w\/rd|%zz/);
+    assert.match(unencoded.logs, new RegExp(`redis://:\\[redacted\\]@127\\.0\\.0\\.1:${node.port}/1`));
+  });
+
   test('TLS with a CA, and mutual TLS with a client certificate', async () => {
     const certs = makeCerts();
     certs.issue('server');

@@ -28,7 +28,8 @@ export type ToWorker =
 export type ToPrimary =
   | { type: 'hello' }
   | { type: 'health'; status: ServingStatus; reasons: string[] }
-  | { type: 'start-failed'; message: string }
+  // `setting`: the message names the setting to change (a SettingsError), and is said as it is.
+  | { type: 'start-failed'; message: string; setting?: boolean }
   // `upstream` (USE_PROMETHEUS): the set's tallies for the metrics listener too.
   | { type: 'scrape'; id: number; upstream: boolean }
   | { type: 'collected'; id: number; metrics: MetricsJson; upstream?: UpstreamTallies };

@@ -1,6 +1,6 @@
 import { type App, createApp } from '../app';
 import { createLogger } from '../logger';
-import type { Settings } from '../settings';
+import { type Settings, SettingsError } from '../settings';
 import { rejectionFromWire, type ToPrimary, type ToWorker } from './cluster-protocol';
 import { stopOnSignals } from './cluster-signals';
 import type { SetScrape } from './metrics';
@@ -19,7 +19,7 @@ export async function runWorker(settings: Settings): Promise<void> {
   } catch (err) {
     // A bad setting (an invalid REDIS_URL) that every worker would hit: the primary says it once
     // and stops the set with exit code 2, instead of restarting workers that cannot start.
-    send({ type: 'start-failed', message: (err as Error)?.message ?? String(err) });
+    send(startFailed(err));
     return;
   }
   const scrapes = new Map<number, (set: SetScrape) => void>();
@@ -55,9 +55,16 @@ export async function runWorker(settings: Settings): Promise<void> {
     await app.start();
     reportHealth();
   } catch (err) {
-    send({ type: 'start-failed', message: (err as Error)?.message ?? String(err) });
+    // A listener that cannot bind (a port in use: every worker shares it) is said once, by the
+    // primary, which stops the set with exit code 2; this worker leaves quietly.
+    if (err instanceof SettingsError) return void process.send?.(startFailed(err), undefined, {}, () => process.exit(2));
+    send(startFailed(err));
     throw err;
   }
+}
+
+function startFailed(err: unknown): ToPrimary {
+  return { type: 'start-failed', message: (err as Error)?.message ?? String(err), setting: err instanceof SettingsError };
 }
 
 function applyConfig(app: App, m: Extract<ToWorker, { type: 'config' }>): void {

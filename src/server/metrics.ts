@@ -5,6 +5,7 @@ import type { UpstreamTallies } from './prometheus-listener';
 import { DomainNotFound } from './domain-not-found';
 import { ruleLabels, type RuleLabels } from './rule-stats';
 import { registerUpstreamSeries } from './upstream-series';
+import { buildInfo } from '../version';
 
 // sluice_request_duration_seconds' buckets (s): fine below 2.5 ms, where a decision should be.
 export const REQUEST_DURATION_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25] as const;
@@ -128,6 +129,7 @@ export class Metrics {
     this.domainNotFound = new DomainNotFound(registers);
     this.ruleStats = { total_hits: rule('total_hits'), over_limit: rule('over_limit'), near_limit: rule('near_limit'), within_limit: rule('within_limit'), shadow_mode: rule('shadow_mode') };
     registerUpstreamSeries(this.registry, this);
+    registerBuildInfo(registers);
     // EXTRA_TAGS: constant labels on every series, as upstream puts them on every stat.
     if (options.extraTags !== undefined && options.extraTags.length > 0) this.registry.setDefaultLabels(constantLabels(options.extraTags));
     if (options.defaultMetrics) collectDefaultMetrics({ register: this.registry });
@@ -229,4 +231,11 @@ export function tagPairs(extraTags: readonly string[]): [string, string][] {
     if (key !== '' && value !== '') pairs.push([key, value]);
   }
   return pairs;
+}
+
+// sluice_build_info{version,node} 1: which build answers, for dashboards and alerts on mixed
+// versions. Every worker reports the same, so the set's scrape keeps one (max), not their sum.
+function registerBuildInfo(registers: Registry[]): void {
+  const gauge = new Gauge({ name: 'sluice_build_info', help: 'Always 1; labels: the sluice version and the Node.js version running it', labelNames: ['version', 'node'], registers, aggregator: 'max' });
+  gauge.set(buildInfo(), 1);
 }

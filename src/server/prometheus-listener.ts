@@ -1,6 +1,7 @@
 import type http from 'node:http';
 import type { Logger } from '../logger';
-import { listenAddress, type Settings } from '../settings';
+import { listenAddress, settingName, type Settings } from '../settings';
+import { listenAs } from './listen-error';
 import { createHttpServer, type HttpDeps, type HttpServerOptions, listenHttp, send } from './http';
 import { constantLabels, type Metrics } from './metrics';
 import { loadMapperFile, type Mapped, PromMapper, type StatsdType } from './prom-mapper';
@@ -84,9 +85,8 @@ export function createPrometheusListener(o: { settings: Settings; metrics: Metri
   const { host, port } = listenAddress(settings.prometheusAddr, 'PROMETHEUS_ADDR');
   return {
     async start() {
-      const bound = await listenHttp(server, host, port).catch((err: Error) => {
-        throw new Error(`PROMETHEUS_ADDR ${settings.prometheusAddr}: ${err.message}`);
-      });
+      const addr = `${settingName(settings, 'prometheusAddr')}=${settings.prometheusAddr}`;
+      const bound = await listenAs({ portSetting: addr, hostSetting: addr, host, port }, listenHttp(server, host, port));
       logger.info({ event: 'prometheus_listening', addr: settings.prometheusAddr, port: bound, path: settings.prometheusPath, mapping: settings.prometheusMapperYaml || 'default' }, `metrics listener on ${host || '*'}:${bound}${settings.prometheusPath}`);
       return bound;
     },

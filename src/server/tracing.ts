@@ -5,7 +5,7 @@ import type * as Api from '@opentelemetry/api';
 import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
 import type { StoreTracer } from '../limiter/limiter';
 import type { Logger } from '../logger';
-import { otlpHeaders, type Settings } from '../settings';
+import { otlpHeaders, redactRedisUrl, type Settings } from '../settings';
 import type { Decision, DecideOptions, LimitCheck, Store } from '../store/store';
 import { answeredWithin } from '../store/timeout';
 
@@ -113,7 +113,7 @@ function otelTracer(s: Settings, logger: Logger): Tracer {
   const storeKind = s.store === 'redis' ? api.SpanKind.CLIENT : api.SpanKind.INTERNAL;
   const status = { grpc: semconv.ATTR_RPC_STATUS_CODE, http: semconv.ATTR_HTTP_RESPONSE_STATUS_CODE };
   logger.info(
-    { event: 'tracing', protocol: s.tracingExporterProtocol, url: tracesUrl(s), serviceName: s.tracingServiceName, serviceNamespace: s.tracingServiceNamespace, serviceInstanceId: instanceId, samplingRate: s.tracingSamplingRate },
+    { event: 'tracing', protocol: s.tracingExporterProtocol, url: redactRedisUrl(tracesUrl(s)), serviceName: s.tracingServiceName, serviceNamespace: s.tracingServiceNamespace, serviceInstanceId: instanceId, samplingRate: s.tracingSamplingRate },
     `tracing on: OTLP over ${s.tracingExporterProtocol} to ${tracesUrl(s)}, service ${s.tracingServiceName}, sampling rate ${s.tracingSamplingRate}`,
   );
   return {

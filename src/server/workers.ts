@@ -199,7 +199,7 @@ class WorkerSet {
         Object.assign(slot, { state: m.status, reasons: m.reasons });
         return this.peersChanged();
       case 'start-failed':
-        return this.onFatal(`worker ${slot.id} could not start: ${m.message}`);
+        return this.onFatal(m.setting === true ? m.message : `worker ${slot.id} could not start: ${m.message}`);
       case 'scrape':
         return void this.scrape(m.upstream).then((set) => worker.isConnected() && worker.send({ type: 'scraped', id: m.id, ...set } satisfies ToWorker));
       case 'collected':

@@ -201,10 +201,9 @@ export function perSecondEvents(events: StoreEvents): StoreEvents {
   };
 }
 
-// The per-second Redis, reached with its own URL, type, passwords, TLS switch and pool size; the
-// TLS files and the connect timeout are REDIS_URL's, as upstream. `events` are the main Redis'
-// (labelled here).
-export function createPerSecondRedis(s: Settings, events: StoreEvents, logger: Logger): RedisStore {
+// The per-second Redis' connection settings, refused (naming the per-second settings) when its URL
+// cannot work.
+export function validatePerSecondUrl(s: Settings): Settings {
   const own: Settings = {
     ...s,
     redisUrl: s.redisPerSecondUrl,
@@ -221,5 +220,13 @@ export function createPerSecondRedis(s: Settings, events: StoreEvents, logger: L
     if (err instanceof SettingsError) throw new SettingsError(err.message.replace(/\bREDIS_(URL|TYPE|AUTH)\b/g, 'REDIS_PERSECOND_$1'));
     throw err;
   }
+  return own;
+}
+
+// The per-second Redis, reached with its own URL, type, passwords, TLS switch and pool size; the
+// TLS files and the connect timeout are REDIS_URL's, as upstream. `events` are the main Redis'
+// (labelled here).
+export function createPerSecondRedis(s: Settings, events: StoreEvents, logger: Logger): RedisStore {
+  const own = validatePerSecondUrl(s);
   return new RedisStore({ ...createRedisClients(own, logger.child({ redis: 'persecond' })), events: perSecondEvents(events), keyPrefix: s.cacheKeyPrefix, windowHashes: s.windowCounters === 'hash' });
 }

@@ -22,6 +22,7 @@ const HOST_PORT = /^(\[[0-9A-Fa-f:.]+(?:%[\w.-]+)?\]|[A-Za-z0-9_](?:[A-Za-z0-9_.
 // Why `text` is not host[:port], or undefined when it is.
 function hostPortProblem(text: string): string | undefined {
   if (text === '') return 'is empty';
+  if (text.includes('@')) return 'has a user or password, which only a redis:// URL may hold (or give it in REDIS_AUTH)';
   const m = HOST_PORT.exec(text);
   if (m === null) {
     if (!text.startsWith('[') && (text.match(/:/g) ?? []).length > 1) return 'is not host:port (an IPv6 address goes in brackets: [::1]:6379)';
@@ -44,16 +45,63 @@ function hostPort(text: string, defaultPort: number): HostPort {
   return { host: m[1].replace(/^\[|\]$/g, ''), port: m[2] === undefined ? defaultPort : Number(m[2]) };
 }
 
+// A redis:// or rediss:// URL cut into its parts, by hand rather than by new URL(): a password is
+// pasted unencoded more often than not, and may hold '@', ':', '/', '#' or '?'. The userinfo ends
+// at the last '@' (a host, port or database number has none), as most Redis clients read it; the
+// user name ends at its first ':' (Redis user names cannot hold one).
+interface UrlSplit {
+  userinfo?: string;
+  address: string;
+  path: string;
+}
+
+function splitUrl(url: string): UrlSplit {
+  const rest = url.replace(/^rediss?:\/\//, '');
+  const at = rest.lastIndexOf('@');
+  const afterAt = rest.slice(at + 1);
+  const slash = afterAt.indexOf('/');
+  return {
+    userinfo: at < 0 ? undefined : rest.slice(0, at),
+    address: slash < 0 ? afterAt : afterAt.slice(0, slash),
+    path: slash < 0 ? '' : afterAt.slice(slash + 1),
+  };
+}
+
+// Percent-escapes decoded, as in any URL; a '%' that does not start one (or starts bytes that are
+// not UTF-8) is kept as written, so a pasted '100%sure' is that password. A password holding '%'
+// followed by two hex digits is written with %25 for its '%'.
+function decodeLenient(text: string): string {
+  return text.replace(/(?:%[0-9A-Fa-f]{2})+/g, (run) => {
+    try {
+      return decodeURIComponent(run);
+    } catch {
+      return run;
+    }
+  });
+}
+
+// Assumes urlProblem(url, true) === undefined.
+export function redisUrlParts(url: string): { tls: boolean; username?: string; password?: string; host: string; port: number; db: number } {
+  const { userinfo, address, path } = splitUrl(url);
+  const { host, port } = hostPort(address, 6379);
+  const colon = userinfo?.indexOf(':') ?? -1;
+  const user = userinfo === undefined ? '' : colon < 0 ? userinfo : userinfo.slice(0, colon);
+  const password = userinfo === undefined || colon < 0 ? '' : userinfo.slice(colon + 1);
+  return {
+    tls: url.startsWith('rediss://'),
+    username: user === '' ? undefined : decodeLenient(user),
+    password: password === '' ? undefined : decodeLenient(password),
+    host,
+    port,
+    db: path === '' ? 0 : Number(path),
+  };
+}
+
 // Why a redis:// or rediss:// URL is wrong, or undefined when it is fine. Checked by hand rather
 // than by new URL(), which accepts empty hosts and says only "Invalid URL" otherwise.
 function urlProblem(url: string, allowDb: boolean): string | undefined {
-  const rest = url.replace(/^rediss?:\/\//, '');
-  const slash = rest.indexOf('/');
-  const authority = slash < 0 ? rest : rest.slice(0, slash);
-  const path = slash < 0 ? '' : rest.slice(slash + 1);
-  const at = authority.lastIndexOf('@');
-  if (at >= 0 && !allowDb) return 'has a user or password (use REDIS_AUTH with REDIS_TYPE=cluster)';
-  const address = authority.slice(at + 1);
+  const { userinfo, address, path } = splitUrl(url);
+  if (userinfo !== undefined && !allowDb) return 'has a user or password (use REDIS_AUTH with REDIS_TYPE=cluster)';
   if (address === '' || address.startsWith(':')) return 'has no host';
   const problem = hostPortProblem(address);
   if (problem !== undefined) return problem;
@@ -74,7 +122,10 @@ function singleProblem(url: string): string | undefined {
   return hostPortProblem(url);
 }
 
+// A list holding a user or password is refused as a whole: the password may hold ',', so no single
+// entry of it can be shown.
 function sentinelProblem(url: string): string | undefined {
+  if (url.includes('@')) return 'has a user or password (give them in REDIS_AUTH and REDIS_SENTINEL_AUTH)';
   const [name, ...addresses] = url.split(',').map((x) => x.trim());
   if (addresses.length === 0) return 'has no sentinel address';
   if (name === '') return 'has no master name';
@@ -87,6 +138,7 @@ function sentinelProblem(url: string): string | undefined {
 }
 
 function clusterProblem(url: string): string | undefined {
+  if (url.includes('@')) return 'has a user or password (use REDIS_AUTH with REDIS_TYPE=cluster)';
   for (const node of url.split(',').map((x) => x.trim())) {
     if (node === '') return 'has an empty entry';
     const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):\/\//.exec(node);
@@ -150,12 +202,11 @@ function baseOptions(s: Settings): RedisOptions {
 function single(s: Settings): Redis {
   const url = s.redisUrl;
   if (/^rediss?:\/\//.test(url)) {
-    const parsed = new URL(url);
+    const { tls: _tls, username, password, ...where } = redisUrlParts(url);
     const options = baseOptions(s);
-    if (parsed.username !== '') options.username = decodeURIComponent(parsed.username);
-    if (parsed.password !== '') options.password = decodeURIComponent(parsed.password);
-    const db = parsed.pathname.replace(/^\//, '');
-    return new Redis({ ...options, host: parsed.hostname.replace(/^\[|\]$/g, ''), port: Number(parsed.port || 6379), db: db === '' ? 0 : Number(db) });
+    if (username !== undefined) options.username = username;
+    if (password !== undefined) options.password = password;
+    return new Redis({ ...options, ...where });
   }
   if (url.startsWith('/')) return new Redis({ ...baseOptions(s), path: url });
   return new Redis({ ...baseOptions(s), ...hostPort(url, 6379) });

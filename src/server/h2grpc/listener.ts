@@ -1,3 +1,4 @@
+import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../../logger';
 import { bindGrpc, createGrpcServer, drainGrpc, type GrpcDeps, grpcServerOptions, grpcServices } from '../grpc';
 import { grpcCredentials, type ServerTls } from '../tls';
@@ -21,11 +22,19 @@ export function createGrpcListener(impl: GrpcServerImpl, deps: GrpcDeps): GrpcLi
     const extra = { handshakeTimeoutMs: deps.connection?.handshakeTimeoutMs, onAbuse: abuseReport(deps) };
     return new H2GrpcServer(options, active, impl, extra).addServices(grpcServices(deps, active));
   }
+  routeGrpcJsLog(deps.logger);
   const server = createGrpcServer(deps);
   return {
     bind: (host, port, tls) => bindGrpc(server, host, port, grpcCredentials(tls)),
     drain: (timeoutMs, logger) => drainGrpc(server, timeoutMs, logger),
   };
+}
+
+// grpc-js writes its errors as text on stderr ("E No address added ..." before the bind error that
+// listen-error.ts words); as JSON log lines they stay with the rest of the log.
+function routeGrpcJsLog(logger: Logger): void {
+  const line = (...args: unknown[]) => logger.warn({ event: 'grpc_js' }, args.map(String).join(' '));
+  grpc.setLogger({ error: line, info: line, debug: line } as Partial<Console>);
 }
 
 // A connection closed for abuse: counted by reason, and logged at warn at most once a second (an
