@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { attacksBench, attacksTable } from './attacks';
 import { decisionsChart } from './chart';
+import { upstreamIntegration } from './compat';
 import { connectionsBench, connectionsScale, connectionsTable, setupTable } from './connections';
 import { type DecisionRow, decisionsBench } from './decisions';
 import { fleetBench } from './fleet';
@@ -20,8 +21,8 @@ const PEER_CHART = path.resolve(__dirname, '../../docs/peer.svg');
 const REGIONS_CHART = path.resolve(__dirname, '../../docs/multi-region.svg');
 
 // Only the sections named in BENCH_SECTIONS (comma-separated: micro, memory, process-memory, redis-memory,
-// decisions, fleet, peer, regions, wake, tracing, connections, grpc-impl, attacks) run; all by
-// default.
+// decisions, fleet, peer, regions, wake, tracing, connections, grpc-impl, attacks, compat) run;
+// all by default.
 function wanted(section: string): boolean {
   const only = process.env.BENCH_SECTIONS;
   return only === undefined || only.split(',').map((s) => s.trim()).includes(section);
@@ -176,6 +177,12 @@ async function main(): Promise<void> {
       fs.writeFileSync(REGIONS_CHART, regionsChart(r, `${machine}, node ${process.version}; ${command}, ${new Date().toISOString().slice(0, 10)}`));
       console.log(`  chart: ${path.relative(process.cwd(), REGIONS_CHART)}`);
     }
+  }
+  if (wanted('compat')) {
+    console.log("\nCompatibility report: envoyproxy/ratelimit's integration tests at f2fb157 against sluice, COMPAT_MODE=upstream (scripts/upstream-integration.sh; docs/migrating.md):");
+    const r = await upstreamIntegration();
+    for (const line of r.lines) console.log(`  ${line}`);
+    if (r.code !== 0) console.log(`  (the script exited ${r.code}: see its lines above)`);
   }
 }
 

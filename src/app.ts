@@ -64,7 +64,7 @@ function createStore(settings: Settings, metrics: Metrics, logger: Logger, clock
     // First, so that a bad REDIS_PERSECOND_URL is refused before any connection opens.
     const perSecond = settings.redisPerSecond ? createPerSecondRedis(settings, events, logger) : undefined;
     const redis = new RedisStore({ ...createRedisClients(settings, logger), events, keyPrefix: settings.cacheKeyPrefix, windowHashes: settings.windowCounters === 'hash' });
-    const options = { ...redisStackOptions(settings), onOverLimitCache: (stats: OverLimitCacheStats) => (metrics.localCacheSource = () => stats) };
+    const options = { ...redisStackOptions(settings), onOverLimitCache: (stats: OverLimitCacheStats) => metrics.addLocalCache(stats) };
     if (settings.globalRedisUrl !== '') options.region = regionOptions(settings, metrics, logger, events);
     if (perSecond !== undefined) return createPerSecondSplit({ main: redis, perSecond, events, options, perSecondStalledMs: settings.redisPerSecondTimeoutMs });
     return createRedisStack(redis, events, options);

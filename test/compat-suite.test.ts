@@ -253,9 +253,11 @@ describe('envoyproxy/ratelimit integration scenarios, COMPAT_MODE=upstream and n
   let cluster: Cluster;
   let sentinel: SentinelSet;
   let perSecond: RedisNode;
+  let authPerSecond: RedisNode;
 
   before(async () => {
-    [redis, authRedis, cluster, sentinel, perSecond] = await Promise.all([startRedis(), startRedis({ args: ['--requirepass', 'password123'] }), startCluster(), startSentinelSet(), startRedis()]);
+    const auth = { args: ['--requirepass', 'password123'] };
+    [redis, authRedis, cluster, sentinel, perSecond, authPerSecond] = await Promise.all([startRedis(), startRedis(auth), startCluster(), startSentinelSet(), startRedis(), startRedis(auth)]);
   });
   after(() => stopAll());
 
@@ -291,6 +293,31 @@ describe('envoyproxy/ratelimit integration scenarios, COMPAT_MODE=upstream and n
         run({ ...single(), LOCAL_CACHE_SIZE_IN_BYTES: '1000', STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true' }, basic({ localCache: true, stopIncrement: true })));
       test('Redis auth', () =>
         run({ REDIS_SOCKET_TYPE: 'tcp', REDIS_URL: `localhost:${authRedis.port}`, REDIS_AUTH: 'password123', LOCAL_CACHE_SIZE_IN_BYTES: '1000' }, basic({ localCache: true, stopIncrement: false }), async () => [authRedis]));
+      // TestBasicAuthConfig's four subtests in turn: both Redis with a password, nothing flushed
+      // between them, a new sluice each (issue 37: the count it lost there was a minute boundary
+      // crossed mid-test by a slow harness; with REDIS_PERSECOND, the per-second cache's lookups
+      // were missing from missCount).
+      test("Redis auth: upstream's four subtests in sequence, a sluice each, nothing flushed", async () => {
+        for (const [split, localCache] of [[false, false], [true, false], [false, true], [true, true]]) {
+          const env = {
+            REDIS_SOCKET_TYPE: 'tcp',
+            REDIS_URL: `localhost:${authRedis.port}`,
+            REDIS_AUTH: 'password123',
+            REDIS_PERSECOND: String(split),
+            REDIS_PERSECOND_SOCKET_TYPE: 'tcp',
+            REDIS_PERSECOND_URL: `localhost:${authPerSecond.port}`,
+            REDIS_PERSECOND_AUTH: 'password123',
+            // Upstream's default 0 is not given, as upstream's test gives it no variable.
+            ...(localCache ? { LOCAL_CACHE_SIZE_IN_BYTES: '1000' } : {}),
+          };
+          const s = await start(mode, env);
+          try {
+            await basic({ localCache, stopIncrement: false })(s);
+          } finally {
+            await s.stop();
+          }
+        }
+      });
       test('Redis Cluster', () =>
         run({ REDIS_TYPE: 'cluster', REDIS_URL: cluster.nodes.map((n) => `localhost:${n.port}`).join(',') }, basic({ localCache: false, stopIncrement: false }), () => cluster.primaries()));
       test('Redis Sentinel', () =>

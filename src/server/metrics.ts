@@ -47,8 +47,8 @@ export class Metrics {
   readonly leaseServed: Counter;
   readonly memoryKeys: Gauge;
   memoryKeysSource?: () => number;
-  // The over-limit cache's lookups (Redis store only), read when scraped.
-  localCacheSource?: () => OverLimitCacheStats;
+  // The over-limit caches' lookups (Redis store only; REDIS_PERSECOND has two), read when scraped.
+  private readonly localCaches: OverLimitCacheStats[] = [];
   // WORKERS > 1: the whole set's series, and with USE_PROMETHEUS the listener's tallies
   // (server/prometheus-listener.ts), gathered by the primary in one collection (server/workers.ts).
   setSource?: () => Promise<SetScrape>;
@@ -125,7 +125,8 @@ export class Metrics {
         for (const t of tallies.values()) if (t.localCache > 0) this.inc(t.labels, t.localCache);
       },
     });
-    registerLocalCacheGauges(registers, () => keys.localCacheSource?.());
+    registerLocalCacheGauges(registers, () => keys.localCacheTotals());
+    registerOverLimitCacheSeries(registers, () => keys.localCacheTotals());
     this.domainNotFound = new DomainNotFound(registers);
     this.ruleStats = { total_hits: rule('total_hits'), over_limit: rule('over_limit'), near_limit: rule('near_limit'), within_limit: rule('within_limit'), shadow_mode: rule('shadow_mode') };
     registerUpstreamSeries(this.registry, this);
@@ -140,12 +141,27 @@ export class Metrics {
     return this.setSource === undefined ? this.registry.metrics() : this.setSource().then((set) => set.text);
   }
 
+  // An over-limit cache whose lookups the local-cache series report (each store stack has one).
+  addLocalCache(stats: OverLimitCacheStats): void {
+    this.localCaches.push(stats);
+  }
+
+  // The over-limit caches' lookups and entries, summed as upstream's one cache would count them;
+  // undefined without a cache (upstream then has no ratelimit.localcache.* stats).
+  localCacheTotals(): OverLimitCacheStats | undefined {
+    if (this.localCaches.length === 0) return undefined;
+    const sum = (f: (s: OverLimitCacheStats) => number) => this.localCaches.reduce((n, s) => n + f(s), 0);
+    return { hits: sum((s) => s.hits), misses: sum((s) => s.misses), size: sum((s) => s.size) };
+  }
+
   // Hits per rule since start, by stats key, for sinks other than Prometheus (statsd.ts).
-  ruleTotals(): Iterable<[statKey: string, counts: Readonly<Record<RuleStat, number>>]> {
+  ruleTotals(): Iterable<[statKey: string, counts: Readonly<Record<UpstreamRuleStat, number>>]> {
     const tallies = this.ruleTallies;
     return (function* () {
       for (const [statKey, t] of tallies) {
-        yield [statKey, Object.fromEntries(RULE_STATS.map((stat, i) => [stat, t.counts[i]])) as Record<RuleStat, number>];
+        const counts = Object.fromEntries(RULE_STATS.map((stat, i) => [stat, t.counts[i]])) as Record<UpstreamRuleStat, number>;
+        counts.over_limit_with_local_cache = t.localCache;
+        yield [statKey, counts];
       }
     })();
   }
@@ -166,6 +182,9 @@ export class Metrics {
 
 export const RULE_STATS = ['total_hits', 'over_limit', 'near_limit', 'within_limit', 'shadow_mode'] as const;
 export type RuleStat = (typeof RULE_STATS)[number];
+// Upstream's per-rule stats: RULE_STATS and the hits denied from the over-limit cache (also in over_limit).
+export const UPSTREAM_RULE_STATS = [...RULE_STATS, 'over_limit_with_local_cache'] as const;
+export type UpstreamRuleStat = (typeof UPSTREAM_RULE_STATS)[number];
 
 // Upstream's ratelimit.localcache.* gauges (freecache's counts), under the names its Prometheus sink
 // gives a stat its mapping does not name (dots become underscores); 0 without a cache.
@@ -187,6 +206,30 @@ function registerLocalCacheGauges(registers: Registry[], source: () => OverLimit
       },
     });
   }
+}
+
+// The over-limit caches' lookups under sluice's own names (upstream's gauges above say the same).
+function registerOverLimitCacheSeries(registers: Registry[], source: () => OverLimitCacheStats | undefined): void {
+  new Counter({
+    name: 'sluice_over_limit_cache_lookups_total',
+    help: 'Over-limit cache lookups, one per limit of a request: hit (a remembered denial answered it, without Redis), miss',
+    labelNames: ['result'],
+    registers,
+    collect() {
+      this.reset();
+      const stats = source();
+      this.inc({ result: 'hit' }, stats?.hits ?? 0);
+      this.inc({ result: 'miss' }, stats?.misses ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'sluice_over_limit_cache_entries',
+    help: 'Denials held by the over-limit cache',
+    registers,
+    collect() {
+      this.set(source()?.size ?? 0);
+    },
+  });
 }
 
 // Upstream's accounting (base_limiter.go): of a request's hits, those past the limit are over_limit,

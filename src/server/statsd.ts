@@ -1,16 +1,17 @@
 import StatsDClient, { type StatsD } from 'hot-shots';
 import type { Logger } from '../logger';
-import { type Metrics, RULE_STATS, tagPairs } from './metrics';
+import { type Metrics, tagPairs, UPSTREAM_RULE_STATS } from './metrics';
 import { sanitizeStatName } from './rule-stats';
 import { errType } from './upstream-series';
 
 // envoyproxy/ratelimit's statsd output, so statsd_exporter mappings and dashboards built on its
 // series keep working. Names as its stats manager writes them through lyft/gostats:
-//   ratelimit.service.rate_limit.<stats key>.<total_hits|over_limit|near_limit|within_limit|shadow_mode>
+//   ratelimit.service.rate_limit.<stats key>.<total_hits|over_limit|near_limit|within_limit|shadow_mode|over_limit_with_local_cache>
 //   ratelimit.service.rate_limit.<domain>.domain_not_found
 //   ratelimit.service.config_load_success, ratelimit.service.config_load_error
 //   ratelimit.service.call.should_rate_limit.<redis_error|service_error>
 //   ratelimit_server.ShouldRateLimit.total_requests
+//   ratelimit.localcache.<hitCount|missCount|lookupCount|entryCount> (gauges, with a local cache)
 // Like gostats, counters are sent every flush interval as the change since the last flush, and a
 // counter that did not move is not sent. Nothing is done per request: the counts are the tallies
 // Metrics already keeps for Prometheus, read at flush time.
@@ -68,6 +69,7 @@ export class StatsdSink {
         this.sent.set(name, total);
         this.client.increment(name + this.suffix, delta);
       }
+      for (const [name, value] of localCacheGauges(this.metrics)) this.client.gauge(name + this.suffix, value);
     } catch (err) {
       this.logError(err as Error);
     }
@@ -96,7 +98,7 @@ export async function upstreamCounters(metrics: Metrics): Promise<Map<string, nu
   const add = (name: string, n: number) => totals.set(name, (totals.get(name) ?? 0) + n);
   for (const [statKey, counts] of metrics.ruleTotals()) {
     const base = `ratelimit.service.rate_limit.${sanitizeStatName(statKey)}.`;
-    for (const stat of RULE_STATS) add(base + stat, counts[stat]);
+    for (const stat of UPSTREAM_RULE_STATS) add(base + stat, counts[stat]);
   }
   for (const [domain, n] of metrics.domainNotFound.totals()) add(`ratelimit.service.rate_limit.${sanitizeStatName(domain)}.domain_not_found`, n);
   for (const { labels, value } of (await metrics.configLoads.get()).values) {
@@ -109,6 +111,19 @@ export async function upstreamCounters(metrics: Metrics): Promise<Map<string, nu
     if (type !== undefined) add(`ratelimit.service.call.should_rate_limit.${type}`, value);
   }
   return totals;
+}
+
+// Upstream's local-cache gauges (its freecache's counts), set at every flush as gostats sends
+// gauges; none without a local cache, as upstream registers them only with one.
+export function localCacheGauges(metrics: Metrics): [string, number][] {
+  const stats = metrics.localCacheTotals();
+  if (stats === undefined) return [];
+  return [
+    ['ratelimit.localcache.hitCount', stats.hits],
+    ['ratelimit.localcache.missCount', stats.misses],
+    ['ratelimit.localcache.lookupCount', stats.hits + stats.misses],
+    ['ratelimit.localcache.entryCount', stats.size],
+  ];
 }
 
 // gostats' tag serialisation for its statsd sink: ".__key=value" per tag, sorted by key, with

@@ -208,8 +208,8 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
 // before its breaker opens.
 export function createPerSecondSplit(o: { main: RedisStore; perSecond: RedisStore; events: StoreEvents; options: RedisStackOptions; perSecondStalledMs: number }): Store {
   const main = createRedisStack(o.main, o.events, o.options);
-  // Its over-limit cache's counts are not reported: the metric has one source, the main cache.
-  const options = { ...o.options, stalledMs: o.perSecondStalledMs || o.options.stalledMs, onOverLimitCache: undefined };
+  // Both over-limit caches report their lookups: upstream's one local cache serves both Redis.
+  const options = { ...o.options, stalledMs: o.perSecondStalledMs || o.options.stalledMs };
   const perSecond = createRedisStack(o.perSecond, perSecondEvents(o.events), options);
   return new PerSecondSplit({ store: main, refund: (e) => o.main.refunds.add(e) }, { store: perSecond, refund: (e) => o.perSecond.refunds.add(e) });
 }
