@@ -8,7 +8,7 @@ import tls from 'node:tls';
 import { after, before, describe, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { ManualClock } from '../src/clock';
-import { MAX_TTL_MS } from '../src/limiter/algorithms/types';
+import { MAX_TTL_MS } from '../src/algorithms/types';
 import type { Algorithm } from '../src/model';
 import { defaultSettings, describeSettings } from '../src/settings';
 import { silentEvents } from '../src/store/events';

@@ -1,6 +1,6 @@
 import { UnavailableError } from '../errors';
-import { type LimitSpec, specOf } from '../limiter/algorithms';
-import { admits } from '../limiter/policy';
+import { type LimitSpec, specOf } from '../algorithms';
+import { admits } from '../algorithms/policy';
 import type { Logger } from '../logger';
 import { type Settings, SettingsError } from '../settings';
 import type { StoreEvents } from './events';

@@ -1,6 +1,6 @@
 import type { Clock } from '../../clock';
 import { CancelledError, UnavailableError } from '../../errors';
-import { specOf, windowStart } from '../../limiter/algorithms/types';
+import { isWindow, specOf, windowStart } from '../../algorithms/types';
 import type { StoreEvents } from '../events';
 import type { MemoryStore } from '../memory';
 import type { RefundEntry } from '../shared';
@@ -33,10 +33,6 @@ export interface FallbackOptions {
   // Gives back hits Redis consumed for a request the fallback had already denied.
   refund: (entries: RefundEntry[]) => void;
   events: StoreEvents;
-}
-
-function isWindow(c: LimitCheck): boolean {
-  return c.algorithm === 'fixed_window' || c.algorithm === 'sliding_window';
 }
 
 // When Redis cannot decide (error, breaker open, no answer within the caller's budget), the
