@@ -14,7 +14,7 @@ import { defaultSettings, describeSettings } from '../src/settings';
 import { silentEvents } from '../src/store/events';
 import { MemoryStore } from '../src/store/memory';
 import { RedisStore } from '../src/store/redis';
-import { validateRedisUrl } from '../src/store/redis-connection';
+import { validateRedisUrl } from '../src/store/redis/connection';
 import type { LimitCheck, Store } from '../src/store/store';
 import { startApp } from './support/app';
 import { makeCerts } from './support/certs';

@@ -5,7 +5,7 @@ import type { Logger } from '../logger';
 import { type Settings, SettingsError } from '../settings';
 import type { StoreEvents } from './events';
 import { RedisStore } from './redis';
-import { createRedisClients, validateRedisUrl } from './redis-connection';
+import { createRedisClients, validateRedisUrl } from './redis/connection';
 import type { RefundEntry } from './shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from './store';
 
