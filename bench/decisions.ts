@@ -3,7 +3,7 @@ import { promisify } from 'node:util';
 import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { decideArgs, windowBase } from '../src/store/redis';
 import type { LimitCheck } from '../src/store/store';
-import { loadScripts } from '../src/store/scripts';
+import { loadScripts } from '../src/store/redis/scripts';
 import { type RedisNode, startRedis } from '../test/support/redis';
 import { spawnServer, type ServerProcess } from '../test/support/process';
 import { processCpuSeconds, redisCpuSeconds } from './cpu';

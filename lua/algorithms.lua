@@ -1,5 +1,5 @@
 -- algorithms.lua: the four algorithms, shared by every script (the Redis store prepends this file
--- to each script before loading it). view and decide mirror src/limiter/algorithms/*.ts operation
+-- to each script before loading it). view and decide mirror src/algorithms/*.ts operation
 -- for operation, so that the Redis and memory stores give identical answers; a change here must be
 -- made there too (test/store-redis.test.ts runs one trace through both). refund and absorb exist
 -- only here: only a shared store gives hits back or takes in a fallback's hits; so does a fixed

@@ -42,7 +42,7 @@ fails when one of its keys holds another type than a counter, whether it would w
 not.
 Everything a caller reports (remaining, reset, retry-after, used before) follows from the state
 before, the time and the limit by the algorithms' view and decide, which the Node side runs itself
-(src/limiter/algorithms mirror this file): computing and formatting them here would spend the one
+(src/algorithms mirror this file): computing and formatting them here would spend the one
 Redis' CPU on what every replica can do on its own. --]]
 
 local count_denied = ARGV[1] == '1'

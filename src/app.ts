@@ -32,7 +32,7 @@ import { storeEvents } from './server/store-events';
 import { createPerSecondSplit, createRedisStack, redisStackOptions } from './store/compose';
 import { createPerSecondRedis } from './store/persecond';
 import { RedisStore } from './store/redis';
-import { createRedisClients } from './store/redis-connection';
+import { createRedisClients } from './store/redis/connection';
 import type { Store } from './store/store';
 import { buildInfo, VERSION } from './version';
 

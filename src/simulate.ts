@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { formatDuration, parseDuration } from './config/duration';
-import { ALGORITHM_IMPLS, type LimitSpec, type State } from './limiter/algorithms';
+import { ALGORITHM_IMPLS, type LimitSpec, type State } from './algorithms';
 import { ALGORITHMS, type Algorithm, UNIT_SECONDS, UNITS, type Unit } from './model';
 import { barChart, type Bars } from './svg-chart';
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { ALGORITHM_IMPLS, type LimitSpec, type State } from '../src/limiter/algorithms';
-import { MAX_TTL_MS } from '../src/limiter/algorithms/types';
+import { ALGORITHM_IMPLS, type LimitSpec, type State } from '../src/algorithms';
+import { MAX_TTL_MS } from '../src/algorithms/types';
 import type { Algorithm } from '../src/model';
 
 const spec = (algorithm: Algorithm, limit: number, periodMs: number, burst = limit): LimitSpec => ({

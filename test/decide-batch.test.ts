@@ -6,7 +6,7 @@ import { ManualClock } from '../src/clock';
 import type { Algorithm, LimitMode } from '../src/model';
 import { silentEvents } from '../src/store/events';
 import { decideArgs, RedisStore, windowBase } from '../src/store/redis';
-import { loadScripts } from '../src/store/scripts';
+import { loadScripts } from '../src/store/redis/scripts';
 import type { LimitCheck } from '../src/store/store';
 import { scriptCalls, startRedis, stopAll, type RedisNode } from './support/redis';
 

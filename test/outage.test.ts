@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, describe, test, type TestContext } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { ALGORITHM_IMPLS, type LimitSpec, type State } from '../src/limiter/algorithms';
+import { ALGORITHM_IMPLS, type LimitSpec, type State } from '../src/algorithms';
 import { type RateLimitRequest, type RateLimitResponse, RateLimitResponse_Code as Code, RateLimitServiceClient } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { metricSum, waitReady } from '../bench/fleet';
 import { d } from './support/app';

@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { ManualClock } from '../src/clock';
-import { ALGORITHM_IMPLS, type State } from '../src/limiter/algorithms';
+import { ALGORITHM_IMPLS, type State } from '../src/algorithms';
 import type { Algorithm, LimitMode } from '../src/model';
 import { silentEvents } from '../src/store/events';
 import { MemoryStore } from '../src/store/memory';

@@ -9,7 +9,7 @@ import type { Algorithm } from '../src/model';
 import { loadSettings, type Settings, SettingsError } from '../src/settings';
 import { type StoreEvents, silentEvents } from '../src/store/events';
 import { RedisStore, type RedisClient } from '../src/store/redis';
-import { createRedisClients, validateRedisUrl } from '../src/store/redis-connection';
+import { createRedisClients, validateRedisUrl } from '../src/store/redis/connection';
 import type { AbsorbEntry } from '../src/store/shared';
 import type { LimitCheck } from '../src/store/store';
 import { freePort, type RedisNode, scriptCalls, startCluster, startRedis, stopAll } from './support/redis';

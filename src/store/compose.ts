@@ -3,14 +3,13 @@ import { type Clock, monotonicClock } from '../clock';
 import type { Settings } from '../settings';
 import type { BreakerOptions } from './breaker';
 import type { StoreEvents } from './events';
-import type { OwnEntry, SharedOps } from './shared';
 import { MemoryStore } from './memory';
 import { PerSecondSplit, perSecondEvents } from './persecond';
 import type { RedisStore } from './redis';
-import { createRegion, RegionalStore, type RegionOptions } from './region';
+import { createRegion, type RegionOptions } from './region';
 import { DemandStage } from './region/demand';
 import { BreakerStage } from './stages/breaker';
-import { DeadlineStage } from './stages/deadline';
+import { callerBudget, DeadlineStage } from './stages/deadline';
 import { DataEpoch } from './stages/epoch';
 import { type FallbackPolicy, FallbackStage } from './stages/fallback';
 import { Journal } from './stages/journal';
@@ -18,12 +17,12 @@ import { LagMonitor } from './stages/lag';
 import { LastKnown } from './stages/last-known';
 import { LeaseStage } from './stages/leases';
 import { OwnHits } from './stages/own-hits';
+import { LateCalls, Recovery } from './stages/recovery';
 import type { OverLimitCacheStats } from './over-limit-cache';
 import { OverLimitCacheStage } from './stages/over-limit';
 import { ReplicaRegistry } from './stages/replicas';
 import { Stage } from './stages/stage';
 import { StoreClock } from './stages/store-clock';
-import { answeredWithin } from './timeout';
 import type { Store } from './store';
 
 export interface RedisStackOptions {
@@ -80,104 +79,86 @@ export function redisStackOptions(s: Settings): RedisStackOptions {
   };
 }
 
-// The production Redis stack, composed in this one place, outermost first:
+// The production Redis stack, composed in this one place, built bottom-up:
 //
-//   over-limit cache → leases → fallback (+ journal) → breaker → deadline → Redis
+//   Redis (or the multi-region layer on it) ← deadline ← breaker ← fallback (+ journal)
+//     ← leases ← over-limit cache (← regional demand)
 //
 // Only what the breaker lets through reaches Redis, within the caller's budget; whatever Redis
 // cannot decide the fallback does, journaling what it admits; the breaker closes again only after
-// a real decision round-tripped and the journal (and pending refunds) reached Redis.
+// recovery (stages/recovery.ts): a real decision round-tripped and the journal (and pending
+// refunds) reached Redis.
 export function createRedisStack(regional: RedisStore, events: StoreEvents, o: RedisStackOptions): Store {
+  const { clock } = o;
+  // The caller's time, read by everything below that waits for Redis.
+  const budgetMs = callerBudget({ storeDeadlineMs: o.storeDeadlineMs, marginMs: o.deadlineMarginMs });
   const lag = new LagMonitor();
-  let replicas: ReplicaRegistry | undefined;
-  let deadline: DeadlineStage | undefined;
-  const redis =
-    o.region === undefined
-      ? regional
-      : createRegion(regional, o.region, { clock: o.clock, replicas: () => replicas?.count ?? 1, budgetMs: (options) => deadline?.budgetMs(options) ?? o.storeDeadlineMs });
-  const storeClock = new StoreClock(o.clock);
-  const local = new MemoryStore({ clock: storeClock, maxKeys: o.memoryMaxKeys });
-  const own = new OwnHits();
-  // What the journal wrote back is this process' own, as what Redis decided for it.
-  const journal = new Journal(redis, o.clock, events, undefined, (e, hits, ageMs) => own.add(e, hits, e.windowStartMs ?? storeClock.now() - ageMs));
-  const lastKnown = new LastKnown();
-  let breaker: BreakerStage | undefined;
-  const epoch = new DataEpoch((reason) => breaker?.breaker.trip(reason));
-  replicas = new ReplicaRegistry(redis, {
+  const storeClock = new StoreClock(clock);
+  const epoch = new DataEpoch();
+  // The registry heartbeats the regional Redis (the multi-region layer passes them through).
+  const replicas = new ReplicaRegistry(regional, {
     epoch,
     id: o.replicaId,
     ttlMs: o.replicaTtlMs,
     events,
-    clock: o.clock,
+    clock,
     observe: (nowMs, sent, received) => storeClock.observe(nowMs, sent, received),
   });
-  deadline = new DeadlineStage(redis, { storeDeadlineMs: o.storeDeadlineMs, marginMs: o.deadlineMarginMs, lag });
-  let fallback: FallbackStage | undefined;
-  const recover = async () => {
-    const sent = o.clock.now();
-    const probing = redis.probe();
-    // A frozen Redis answers the probe when it thaws, long after this attempt gave up: recover
-    // then, at once, rather than a cool-down later (replicas recovering together keep the window
-    // where one decides on Redis before another's write-back lands short).
-    probing.then(() => breaker?.breaker.probeNow('Redis answered a late probe'), () => undefined);
-    const probe = await answeredWithin(probing, o.stalledMs, 'recovery probe');
-    storeClock.observe(probe.nowMs, sent, o.clock.now());
-    const beat = await answeredWithin(redis.heartbeat(o.replicaId, o.replicaTtlMs, epoch.proposal), o.stalledMs, 'recovery heartbeat');
-    if (epoch.lost(beat.epoch)) await restore(redis, own.current(beat.nowMs), o.replicaId, events);
-    epoch.adopt(beat.epoch);
-    // Calls sent before the probe have answered by now (one connection keeps order); let their
-    // outcomes reach the journal before it is written.
-    await fallback?.settleLate(o.stalledMs);
-    await redis.refunds.drain();
-    await journal.flush();
-    // Redis has the truth again; the next outage starts from what it says then.
-    local.clear();
-    void replicas.beat();
-  };
-  breaker = new BreakerStage(deadline, { clock: o.clock, breaker: o.breaker, stalledMs: o.stalledMs, recover, connected: () => redis.connected(), events });
-  const closed = () => breaker?.closedNow === true;
-  const share = () => (o.share === 'auto' ? 1 / (replicas.count ?? 1) : o.share);
-  fallback = new FallbackStage(breaker, {
+  // Multi-region: the regional Redis decides against the region's allowances.
+  const region = o.region === undefined ? undefined : createRegion(regional, o.region, { clock, replicas: () => replicas.count ?? 1, budgetMs });
+  const redis = region ?? regional;
+
+  // What the fallback needs beside Redis.
+  const local = new MemoryStore({ clock: storeClock, maxKeys: o.memoryMaxKeys });
+  const own = new OwnHits();
+  // What the journal wrote back is this process' own, as what Redis decided for it.
+  const journal = new Journal(redis, clock, events, undefined, (e, hits, ageMs) => own.add(e, hits, e.windowStartMs ?? storeClock.now() - ageMs));
+  const lastKnown = new LastKnown();
+  const late = new LateCalls();
+  const recovery = new Recovery({ redis, clock, stalledMs: o.stalledMs, replicaId: o.replicaId, replicaTtlMs: o.replicaTtlMs, epoch, storeClock, own, journal, local, late, replicas, events });
+
+  const deadline = new DeadlineStage(redis, { budgetMs, lag });
+  const breaker = new BreakerStage(deadline, { clock, breaker: o.breaker, stalledMs: o.stalledMs, recover: () => recovery.run(), connected: () => redis.connected(), events });
+  recovery.reportTo(breaker.breaker);
+  const closed = () => breaker.closedNow;
+  const fallback = new FallbackStage(breaker, {
     policy: o.policy,
     domainPolicies: o.domainPolicies,
     local,
     journal,
     lastKnown,
     own,
-    clock: o.clock,
+    clock,
     storeClock,
-    share,
+    share: () => (o.share === 'auto' ? 1 / (replicas.count ?? 1) : o.share),
     refund: (entries) => redis.refunds.add(entries),
+    late,
     events,
   });
-  // Multi-region: the regional Redis decides against the region's allowances.
-  const region = redis instanceof RegionalStore ? redis : undefined;
   // A replica's lease of the allowance answers without the regional Redis; a request it cannot
   // serve goes the ordinary way at once (one regional round trip, as without leases).
   const replicaLeases = region?.replicaLeases === true;
-  let top: Store = fallback;
-  let leases: LeaseStage | undefined;
-  if (o.leases !== undefined) {
-    leases = new LeaseStage(fallback, redis, {
-      ...o.leases,
-      clock: o.clock,
-      usable: () => closed(),
-      waitMs: (options) => (replicaLeases ? 0 : deadline.budgetMs(options)),
-      sizeFor: replicaLeases ? (c) => region!.replicaLeaseSize(c) : undefined,
-      denyLocally: region === undefined ? undefined : () => region.globalReachable(),
-      exhaustedMaxMs: replicaLeases ? o.region!.leaseTtlMs : undefined,
-      exhaustedMinMs: replicaLeases ? () => region!.globalRoundTripMs() : undefined,
-      retakeIfAsked: replicaLeases ? (c) => region!.asked(c) : undefined,
-      onGrant: (check, grant) => {
-        lastKnown.recordOne(check, grant.remaining, grant.takenAtMs);
-        own.add(check, grant.granted, grant.takenAtMs);
-      },
-      events,
-    });
-    top = leases;
-  }
-  top = new OverLimitCacheStage(top, {
-    clock: o.clock,
+  const leases =
+    o.leases === undefined
+      ? undefined
+      : new LeaseStage(fallback, redis, {
+          ...o.leases,
+          clock,
+          usable: () => closed(),
+          waitMs: (options) => (replicaLeases ? 0 : budgetMs(options)),
+          sizeFor: replicaLeases ? (c) => region!.replicaLeaseSize(c) : undefined,
+          denyLocally: region === undefined ? undefined : () => region.globalReachable(),
+          exhaustedMaxMs: replicaLeases ? o.region!.leaseTtlMs : undefined,
+          exhaustedMinMs: replicaLeases ? () => region!.globalRoundTripMs() : undefined,
+          retakeIfAsked: replicaLeases ? (c) => region!.asked(c) : undefined,
+          onGrant: (check, grant) => {
+            lastKnown.recordOne(check, grant.remaining, grant.takenAtMs);
+            own.add(check, grant.granted, grant.takenAtMs);
+          },
+          events,
+        });
+  const overLimit = new OverLimitCacheStage(leases ?? fallback, {
+    clock,
     size: o.overLimitCacheSize,
     whenCounting: o.overLimitCacheWhenCounting,
     isLeased: (c) => leases?.isLeased(c) ?? false,
@@ -185,7 +166,8 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
     events,
     onCache: o.onOverLimitCache,
   });
-  if (region !== undefined) top = new DemandStage(top, region);
+  const top = region === undefined ? overLimit : new DemandStage(overLimit, region);
+
   // Single timeouts leave journal entries while the breaker stays closed: write them back too.
   const flusher = setInterval(() => {
     if (closed() && journal.size > 0) journal.flush().catch(() => undefined);
@@ -198,7 +180,7 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
     clearInterval(flusher);
     lag.close();
     if (closed()) await journal.flush().catch(() => undefined);
-    await replicas?.close();
+    await replicas.close();
     await local.close();
   });
 }
@@ -232,11 +214,4 @@ class Lifecycle extends Stage {
     await this.before();
     await this.inner.close();
   }
-}
-
-// After Redis lost its data: puts back the hits this process had put in itself (every process
-// does, so the fleet's add up), exactly once per data lifetime (see lua/restore_own.lua).
-async function restore(shared: Pick<SharedOps, 'restoreOwn'>, entries: OwnEntry[], owner: string, events: StoreEvents): Promise<void> {
-  await shared.restoreOwn(entries, owner);
-  events.restored(entries.length);
 }

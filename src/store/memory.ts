@@ -1,6 +1,6 @@
 import { type Clock, monotonicClock } from '../clock';
-import { ALGORITHM_IMPLS, type State } from '../limiter/algorithms';
-import { admits } from '../limiter/policy';
+import { ALGORITHM_IMPLS, type State } from '../algorithms';
+import { admits } from '../algorithms/policy';
 import { ExpiryHeap } from './memory-expiry';
 import { ApproximateTier, mergeStates } from './sketch';
 import type { Decision, DecideOptions, LimitCheck, LimitOutcome, Store } from './store';

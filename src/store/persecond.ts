@@ -1,11 +1,11 @@
 import { UnavailableError } from '../errors';
-import { type LimitSpec, specOf } from '../limiter/algorithms';
-import { admits } from '../limiter/policy';
+import { type LimitSpec, specOf } from '../algorithms';
+import { admits } from '../algorithms/policy';
 import type { Logger } from '../logger';
 import { type Settings, SettingsError } from '../settings';
 import type { StoreEvents } from './events';
 import { RedisStore } from './redis';
-import { createRedisClients, validateRedisUrl } from './redis-connection';
+import { createRedisClients, validateRedisUrl } from './redis/connection';
 import type { RefundEntry } from './shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from './store';
 

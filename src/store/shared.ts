@@ -1,4 +1,4 @@
-import type { LimitSpec } from '../limiter/algorithms';
+import type { LimitSpec } from '../algorithms';
 
 // Operations only a shared (Redis) store has, beside the Store interface: leases, write-back of
 // fallback hits, refunds, and the replica registry. The resilience stages use these; the memory

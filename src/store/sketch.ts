@@ -1,5 +1,5 @@
-import { ALGORITHM_IMPLS, type LimitSpec, type State } from '../limiter/algorithms';
-import { windowStart } from '../limiter/algorithms/types';
+import { ALGORITHM_IMPLS, type LimitSpec, type State } from '../algorithms';
+import { windowStart } from '../algorithms/types';
 
 // The memory store's approximate tier: where counters go when every exact slot holds a live
 // counter. It can only over-count, so it can never reset a limit or admit what the exact algorithm

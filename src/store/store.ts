@@ -1,5 +1,5 @@
 import type { LimitMode } from '../model';
-import type { LimitSpec } from '../limiter/algorithms';
+import type { LimitSpec } from '../algorithms';
 
 // One limit of a request, ready for a store: the counter key and everything needed to decide it.
 export interface LimitCheck extends LimitSpec {
@@ -39,7 +39,7 @@ export interface LimitOutcome {
 export type DegradedPolicy = 'local' | 'allow';
 
 export interface Decision {
-  // The request as a whole is admitted (see admits() in limiter/policy.ts).
+  // The request as a whole is admitted (see admits() in algorithms/policy.ts).
   admitted: boolean;
   outcomes: LimitOutcome[];
   // Set when the shared store could not decide and a fallback did ('local' limiter or 'allow').

@@ -1,4 +1,4 @@
-import { MAX_TTL_MS } from '../../src/limiter/algorithms/types';
+import { MAX_TTL_MS } from '../../src/algorithms/types';
 import type { Algorithm } from '../../src/model';
 
 // Reference models of the four algorithms, written from their definitions (not from the code under
@@ -10,7 +10,7 @@ import type { Algorithm } from '../../src/model';
 //
 // Two allowances the implementations make on purpose, stated here instead of hidden in a tolerance
 // of the test: (1) the continuous algorithms (sliding window, token bucket) compare with a slack of
-// EPSILON = 1e-6 requests (src/limiter/algorithms/types.ts), so that float rounding can never turn
+// EPSILON = 1e-6 requests (src/algorithms/types.ts), so that float rounding can never turn
 // an exactly admissible request into a denial (a third of a request per ms must not make "exactly
 // 5 left" 4.9999999); a request that exceeds its definition by less than a millionth of a request
 // is admitted. (2) No state outlives MAX_TTL_MS (10 years): a token bucket that never refills

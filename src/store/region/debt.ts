@@ -1,8 +1,7 @@
 import type { Clock } from '../../clock';
-import { type LimitSpec, specOf } from '../../limiter/algorithms';
-import { windowStart } from '../../limiter/algorithms/types';
+import { type LimitSpec, specOf } from '../../algorithms';
+import { isWindow, windowStart } from '../../algorithms/types';
 import type { AbsorbEntry } from '../shared';
-import { isWindow } from './keys';
 
 interface Owed {
   key: string;

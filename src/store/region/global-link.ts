@@ -1,5 +1,5 @@
 import type { Clock } from '../../clock';
-import type { LimitSpec } from '../../limiter/algorithms';
+import type { LimitSpec } from '../../algorithms';
 import type { AbsorbEntry, LeaseGrant, RegionDemand, SharedOps } from '../shared';
 import { answeredWithin } from '../timeout';
 import type { RegionEvents } from './events';

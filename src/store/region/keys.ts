@@ -1,5 +1,3 @@
-import type { LimitSpec } from '../../limiter/algorithms';
-
 // The keys of the multi-region layer, each the counter key with a suffix, so that it keeps the
 // counter's hash tag (same slot on a cluster).
 export interface RegionKeys {
@@ -23,8 +21,4 @@ export function regionKeys(region: string): RegionKeys {
     demand: (k) => `${k}:regions`,
     partition: (k) => `${k}:partition:${region}`,
   };
-}
-
-export function isWindow(spec: LimitSpec): boolean {
-  return spec.algorithm === 'fixed_window' || spec.algorithm === 'sliding_window';
 }

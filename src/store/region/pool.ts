@@ -1,5 +1,5 @@
-import type { AlgorithmImpl, LimitSpec, State, Verdict, View } from '../../limiter/algorithms';
-import { ttlWithin } from '../../limiter/algorithms/types';
+import type { AlgorithmImpl, LimitSpec, State, Verdict, View } from '../../algorithms';
+import { ttlWithin } from '../../algorithms/types';
 
 // A regional allowance as the Redis store reads it back (lua/algorithms.lua `pool`, operation for
 // operation): units a region leased from the global budget. State [units, expires, global

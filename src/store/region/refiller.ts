@@ -1,11 +1,11 @@
 import type { Clock } from '../../clock';
-import { type LimitSpec, specOf } from '../../limiter/algorithms';
-import { windowStart } from '../../limiter/algorithms/types';
+import { type LimitSpec, specOf } from '../../algorithms';
+import { isWindow, windowStart } from '../../algorithms/types';
 import type { LeaseGrant } from '../shared';
 import type { LimitCheck } from '../store';
 import type { RegionEvents } from './events';
 import type { GlobalLink } from './global-link';
-import { type RegionKeys, isWindow } from './keys';
+import type { RegionKeys } from './keys';
 
 // The regional Redis operations a refill needs (RedisStore has them).
 export interface RegionalOps {

@@ -1,6 +1,6 @@
 import type { Clock } from '../../clock';
-import { type LimitSpec, specOf } from '../../limiter/algorithms';
-import { admits } from '../../limiter/policy';
+import { isWindow, type LimitSpec, specOf } from '../../algorithms';
+import { admits } from '../../algorithms/policy';
 import type { PartitionPolicy } from '../../settings';
 import type { RedisStore } from '../redis';
 import { type AbsorbEntry, type LeaseGrant, PartialWrite, type RefundEntry, type OwnEntry, type RestoreEntry, type SharedOps } from '../shared';
@@ -9,7 +9,7 @@ import { settledWithin } from '../timeout';
 import { PartitionDebt } from './debt';
 import type { RegionEvents } from './events';
 import type { GlobalLink } from './global-link';
-import { isWindow, type RegionKeys } from './keys';
+import type { RegionKeys } from './keys';
 import { LOW_WATER, type Refiller, unitsOver } from './refiller';
 
 export interface RegionalStoreOptions {

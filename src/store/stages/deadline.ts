@@ -3,11 +3,24 @@ import type { DecideOptions, Decision, LimitCheck, Store } from '../store';
 import type { LagMonitor } from './lag';
 import { Stage } from './stage';
 
+// What a call may wait for Redis, from what the caller said (options.deadlineAt). Stateless: one
+// value read by every part of the stack that waits (this stage, leases, the multi-region layer).
+export type CallerBudget = (options: DecideOptions) => number;
+
+// The caller's remaining time minus what the answer needs to reach it: DEADLINE_MARGIN, or a
+// tenth of the remaining time when that is more (a loaded process needs longer than 2 ms to send
+// an answer; a 20 ms Envoy deadline keeps its 18 ms, a 1 s one keeps 900 ms). `storeDeadlineMs`
+// for callers that give no deadline of their own.
+export function callerBudget(o: { storeDeadlineMs: number; marginMs: number }): CallerBudget {
+  return (options) => {
+    if (options.deadlineAt === undefined) return o.storeDeadlineMs;
+    const left = options.deadlineAt - Date.now();
+    return left - Math.max(o.marginMs, left / 10);
+  };
+}
+
 export interface DeadlineOptions {
-  // Budget for callers that give no deadline of their own, ms.
-  storeDeadlineMs: number;
-  // Kept back from the caller's deadline for the answer to travel, ms.
-  marginMs: number;
+  budgetMs: CallerBudget;
   lag: LagMonitor;
 }
 
@@ -40,15 +53,6 @@ export class DeadlineStage extends Stage {
     super(inner);
   }
 
-  // The caller's remaining time minus what the answer needs to reach it: DEADLINE_MARGIN, or a
-  // tenth of the remaining time when that is more (a loaded process needs longer than 2 ms to send
-  // an answer; a 20 ms Envoy deadline keeps its 18 ms, a 1 s one keeps 900 ms).
-  budgetMs(options: DecideOptions): number {
-    if (options.deadlineAt === undefined) return this.o.storeDeadlineMs;
-    const left = options.deadlineAt - Date.now();
-    return left - Math.max(this.o.marginMs, left / 10);
-  }
-
   override decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
     return this.bounded(options, () => this.inner.decide(checks, options));
   }
@@ -63,7 +67,7 @@ export class DeadlineStage extends Stage {
   }
 
   private bounded(options: DecideOptions, start: () => Promise<Decision>): Promise<Decision> {
-    const budget = this.budgetMs(options);
+    const budget = this.o.budgetMs(options);
     if (budget <= 0) return Promise.reject(new DeadlineExceeded('no time left before the caller deadline', false, 0));
     const waiter = new Waiter(budget, this.o.lag, start());
     this.waiting.add(waiter);

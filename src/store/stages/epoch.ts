@@ -11,13 +11,17 @@ export class DataEpoch {
     return randomUUID();
   }
   private known: string | undefined;
+  private readonly lostListeners: ((reason: string) => void)[] = [];
 
-  constructor(private readonly onLost: (reason: string) => void) {}
+  // Called when a heartbeat sees the epoch change (recovery trips the breaker).
+  onLost(listener: (reason: string) => void): void {
+    this.lostListeners.push(listener);
+  }
 
   // A heartbeat's epoch. A change is not adopted here: recovery adopts it after restoring.
   observe(epoch: string): void {
     if (this.known === undefined) this.known = epoch;
-    else if (epoch !== this.known) this.onLost('Redis lost its data (epoch changed)');
+    else if (epoch !== this.known) for (const listener of this.lostListeners) listener('Redis lost its data (epoch changed)');
   }
 
   // Recovery's epoch: true when it differs from the one known, i.e. the data must be restored.

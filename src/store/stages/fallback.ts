@@ -1,6 +1,6 @@
 import type { Clock } from '../../clock';
 import { CancelledError, UnavailableError } from '../../errors';
-import { specOf, windowStart } from '../../limiter/algorithms/types';
+import { isWindow, specOf, windowStart } from '../../algorithms/types';
 import type { StoreEvents } from '../events';
 import type { MemoryStore } from '../memory';
 import type { RefundEntry } from '../shared';
@@ -13,6 +13,7 @@ import type { OwnHits } from './own-hits';
 import { seedState } from './seed';
 import { Stage } from './stage';
 import type { StoreClock } from './store-clock';
+import type { LateCalls } from './recovery';
 
 export type FallbackPolicy = 'local' | 'allow' | 'deny';
 
@@ -32,11 +33,9 @@ export interface FallbackOptions {
   share: () => number;
   // Gives back hits Redis consumed for a request the fallback had already denied.
   refund: (entries: RefundEntry[]) => void;
+  // Where reconciling a call answered late is tracked, for recovery to wait on (recovery.ts).
+  late: LateCalls;
   events: StoreEvents;
-}
-
-function isWindow(c: LimitCheck): boolean {
-  return c.algorithm === 'fixed_window' || c.algorithm === 'sliding_window';
 }
 
 // When Redis cannot decide (error, breaker open, no answer within the caller's budget), the
@@ -47,7 +46,6 @@ export class FallbackStage extends Stage {
   private wasReady = false;
   // Redis calls of requests the fallback answered, still under way: their outcome decides what
   // the journal writes back, so recovery waits for them first.
-  private readonly lateCalls = new Set<Promise<unknown>>();
 
   constructor(
     inner: Store,
@@ -145,15 +143,6 @@ export class FallbackStage extends Stage {
   // Redis' (nothing to write back); hits only the fallback admitted settle for the write-back;
   // hits only Redis consumed (the caller was denied) are given back. A call that failed counted
   // nothing.
-  // Resolves once every late call known now has been reconciled (or `timeoutMs` passed).
-  async settleLate(timeoutMs: number): Promise<void> {
-    if (this.lateCalls.size === 0) return;
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)));
-    await Promise.race([Promise.allSettled([...this.lateCalls]), timeout]);
-    clearTimeout(timer);
-  }
-
   private reconcileLate(checks: readonly LimitCheck[], refs: (JournalRef | undefined)[], late: Promise<Decision>): void {
     const reconciled = late.then(
       (redis) => {
@@ -176,8 +165,7 @@ export class FallbackStage extends Stage {
         for (const ref of refs) if (ref !== undefined) this.o.journal.settle(ref);
       },
     );
-    this.lateCalls.add(reconciled);
-    void reconciled.finally(() => this.lateCalls.delete(reconciled));
+    this.o.late.track(reconciled);
   }
 
   // The checks as this replica's local limiter enforces them: its share of each limit, each

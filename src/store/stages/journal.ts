@@ -1,5 +1,5 @@
 import type { Clock } from '../../clock';
-import { type LimitSpec, specOf } from '../../limiter/algorithms';
+import { type LimitSpec, specOf } from '../../algorithms';
 import type { StoreEvents } from '../events';
 import { type AbsorbEntry, MAX_BATCH, PartialWrite, type SharedOps } from '../shared';
 import type { LimitCheck } from '../store';

@@ -1,4 +1,4 @@
-import type { LimitSpec } from '../../limiter/algorithms';
+import type { LimitSpec } from '../../algorithms';
 import { BoundedMap } from '../bounded-map';
 import type { Decision, LimitCheck } from '../store';
 

@@ -1,5 +1,5 @@
 import type { Clock } from '../../clock';
-import { windowStart } from '../../limiter/algorithms/types';
+import { isWindow, windowStart } from '../../algorithms/types';
 import type { StoreEvents } from '../events';
 import type { LeaseGrant, SharedOps } from '../shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from '../store';
@@ -85,10 +85,6 @@ const SWEEP_MS = 100;
 // way (a regional round trip, normally), ms.
 const RETAKE_WAIT_MS = 100;
 const MAX_TRACKED = 10_000;
-
-function isWindow(c: LimitCheck): boolean {
-  return c.algorithm === 'fixed_window' || c.algorithm === 'sliding_window';
-}
 
 // Leased token batches for hot keys: a replica takes a batch of units from the global budget in
 // one script call, serves requests from it locally, refills in the background at a low-water

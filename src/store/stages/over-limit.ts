@@ -1,3 +1,4 @@
+import { capacity } from '../../algorithms';
 import type { Clock } from '../../clock';
 import type { StoreEvents } from '../events';
 import { OverLimitCache, type OverLimitCacheStats } from '../over-limit-cache';
@@ -108,8 +109,7 @@ export function knownDenial(checks: readonly LimitCheck[], denials: readonly Loc
 }
 
 function deniedOutcome(c: LimitCheck, denial: LocalDenial): LimitOutcome {
-  const capacity = c.algorithm === 'token_bucket' || c.algorithm === 'gcra' ? c.burst : c.limit;
-  return { allowed: false, consumed: false, remaining: 0, resetMs: denial.resetMs, retryAfterMs: denial.retryAfterMs, usedBefore: capacity };
+  return { allowed: false, consumed: false, remaining: 0, resetMs: denial.resetMs, retryAfterMs: denial.retryAfterMs, usedBefore: capacity(c) };
 }
 
 // A remembered denial: nothing left until it can pass again, which is also when its counter resets

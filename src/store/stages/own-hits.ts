@@ -1,13 +1,9 @@
-import type { LimitSpec } from '../../limiter/algorithms';
-import { specOf, windowStart } from '../../limiter/algorithms/types';
+import type { LimitSpec } from '../../algorithms';
+import { isWindow, specOf, windowStart } from '../../algorithms/types';
 import { BoundedMap } from '../bounded-map';
 import type { OwnEntry } from '../shared';
 
 const MAX_ENTRIES = 100_000;
-
-function isWindow(s: LimitSpec): boolean {
-  return s.algorithm === 'fixed_window' || s.algorithm === 'sliding_window';
-}
 
 // What the bucket has not refilled of `hits` after `ageMs`.
 function unrefilled(s: LimitSpec, hits: number, ageMs: number): number {

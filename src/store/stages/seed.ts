@@ -1,5 +1,5 @@
-import type { State } from '../../limiter/algorithms';
-import { windowStart } from '../../limiter/algorithms/types';
+import type { State } from '../../algorithms';
+import { windowStart } from '../../algorithms/types';
 import type { LimitCheck } from '../store';
 import type { Known } from './last-known';
 

@@ -1,9 +1,9 @@
 import fs from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
-import type { Logger } from '../logger';
-import { redactRedisUrl, type Settings, SettingsError } from '../settings';
-import type { RedisClient } from './redis';
+import type { Logger } from '../../logger';
+import { redactRedisUrl, type Settings, SettingsError } from '../../settings';
+import type { RedisClient } from './scripts';
 
 interface HostPort {
   host: string;

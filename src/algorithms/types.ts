@@ -1,4 +1,4 @@
-import type { Algorithm } from '../../model';
+import type { Algorithm } from '../model';
 
 // What an algorithm needs to know about a limit.
 export interface LimitSpec {
@@ -20,6 +20,17 @@ export interface LimitSpec {
 export function specOf(s: LimitSpec): LimitSpec {
   const { algorithm, limit, periodMs, burst, layout } = s;
   return layout === undefined ? { algorithm, limit, periodMs, burst } : { algorithm, limit, periodMs, burst, layout };
+}
+
+// Windows (fixed, sliding) count hits per window start; buckets (token bucket, GCRA) refill
+// continuously, so what a store remembers of them decays with time instead of ending at a boundary.
+export function isWindow(spec: Pick<LimitSpec, 'algorithm'>): boolean {
+  return spec.algorithm === 'fixed_window' || spec.algorithm === 'sliding_window';
+}
+
+// Requests' worth of budget a limit holds when empty: a window's limit, a bucket's burst.
+export function capacity(spec: Pick<LimitSpec, 'algorithm' | 'limit' | 'burst'>): number {
+  return isWindow(spec) ? spec.limit : spec.burst;
 }
 
 // An algorithm's state is a short tuple of numbers so that the Redis scripts can store exactly the

@@ -1,4 +1,4 @@
-import type { Algorithm } from '../../model';
+import type { Algorithm } from '../model';
 import { fixedWindow } from './fixed-window';
 import { gcra } from './gcra';
 import { slidingWindow } from './sliding-window';
@@ -12,5 +12,5 @@ export const ALGORITHM_IMPLS: Readonly<Record<Algorithm, AlgorithmImpl>> = {
   gcra,
 };
 
-export { specOf } from './types';
+export { capacity, isWindow, specOf } from './types';
 export type { AlgorithmImpl, LimitSpec, State, Verdict, View } from './types';
