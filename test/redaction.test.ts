@@ -5,7 +5,7 @@ import fc from 'fast-check';
 import { createApp } from '../src/app';
 import { createLogger } from '../src/logger';
 import { describeSettings, loadSettings } from '../src/settings';
-import { redisUrlParts, validateRedisUrl } from '../src/store/redis-connection';
+import { redisUrlParts, validateRedisUrl } from '../src/store/redis/connection';
 import { validatePerSecondUrl } from '../src/store/persecond';
 
 // A password, however it is written (unencoded in a URL as people paste it, with '@', ':', '%',
