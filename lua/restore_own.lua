@@ -11,16 +11,22 @@ twice. The marker is lost with the data it vouches for: after another loss every
 again.
 
 KEYS[2i-1]  counter key of entry i
-KEYS[2i]    entry i's marker: a hash per process and hash tag (same slot as the counter; field:
-            counter key .. '#' .. window start), kept at least 2 periods (60 s at least)
+KEYS[2i]    entry i's marker (same slot as the counter), kept at least 2 periods (60 s at least):
+            windows: a hash per process and hash tag, field counter key .. '#' .. window start;
+            buckets: one hash per hash tag for the fleet, field counter key, value 'used at'
             (all keys in one hash slot; at most MAX_BATCH entries per call)
 ARGV[1]  time in ms, for tests only; "" uses redis.call('TIME')
 ARGV[2+7(i-1) .. 8+7(i-1)]  entry i: algorithm, limit, period ms, burst, hits,
          window start in ms (Redis time; windows only, "" for token_bucket and gcra),
          at: Redis time (ms) of the latest of the hits.
-         Added as a fallback's write-back is (the absorb functions in algorithms.lua): a fixed
-         window only to the window that is current, a sliding window to the current or previous
-         window's count, a bucket (GCRA) only what has not refilled since `at`, never below empty.
+         Windows: `hits` are the process' own, added as a fallback's write-back is (the absorb
+         functions in algorithms.lua): a fixed window only to the window that is current, a
+         sliding window to the current or previous window's count.
+         Buckets (token_bucket, gcra): `hits` is the use of the whole fleet that Redis last
+         reported to this process, at `at`. A bucket refills once for everyone, so views are not
+         added: what the view, refilled to now, exceeds the largest view already put back
+         (refilled to now too) is taken from the bucket, never below empty. The bucket thus ends
+         as what was written since the loss plus the largest view.
 
 Returns the number of counters changed. --]]
 
@@ -31,7 +37,28 @@ for i = 1, #KEYS / 2 do
   local key, marker = KEYS[2 * i - 1], KEYS[2 * i]
   local b = 1 + 7 * (i - 1)
   local field = key .. '#' .. ARGV[b + 6]
-  if redis.call('HEXISTS', marker, field) == 0 then
+  if ARGV[b + 6] == '' then
+    local s = spec_from(ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4])
+    local want = unrefilled(s, tonumber(ARGV[b + 5]), math.max(0, now - tonumber(ARGV[b + 7])))
+    local have = 0
+    local put = redis.call('HGET', marker, key)
+    if put then
+      local used, at = string.match(put, '^(%S+) (%S+)$')
+      have = unrefilled(s, tonumber(used), math.max(0, now - tonumber(at)))
+    end
+    if want > have then
+      local state = read_counter(key, s, now)
+      local nxt = s.impl.absorb(state, s, want - have, nil, 0, now)
+      if nxt ~= nil and nxt ~= state then
+        write_counter(key, s, nxt, now)
+        changed = changed + 1
+      end
+      redis.call('HSET', marker, key, want .. ' ' .. now)
+    end
+    local hold = 2 * s.period
+    if s.limit > 0 and s.burst > s.limit then hold = hold * s.burst / s.limit end
+    if (keep[marker] or 0) < hold then keep[marker] = hold end
+  elseif redis.call('HEXISTS', marker, field) == 0 then
     local s = spec_from(ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4])
     local state = read_counter(key, s, now)
     local age = math.max(0, now - tonumber(ARGV[b + 7]))

@@ -8,6 +8,7 @@ import { RedisStore } from '../src/store/redis';
 import { DataEpoch } from '../src/store/stages/epoch';
 import { Journal } from '../src/store/stages/journal';
 import { OwnHits } from '../src/store/stages/own-hits';
+import { LastKnown } from '../src/store/stages/last-known';
 import { LateCalls, Recovery } from '../src/store/stages/recovery';
 import { ReplicaRegistry } from '../src/store/stages/replicas';
 import { StoreClock } from '../src/store/stages/store-clock';
@@ -35,10 +36,11 @@ function recoveryOn(node: RedisNode) {
   const replicaId = randomUUID();
   const replicas = new ReplicaRegistry(redis, { epoch, id: replicaId, ttlMs: 10_000, events, clock });
   const own = new OwnHits();
+  const lastKnown = new LastKnown();
   const journal = new Journal(redis, clock, events);
   const local = new MemoryStore({ clock: storeClock, maxKeys: 1_000 });
   const late = new LateCalls();
-  const recovery = new Recovery({ redis, clock, stalledMs: STALLED_MS, replicaId, replicaTtlMs: 10_000, epoch, storeClock, own, journal, local, late, replicas, events });
+  const recovery = new Recovery({ redis, clock, stalledMs: STALLED_MS, replicaId, replicaTtlMs: 10_000, epoch, storeClock, own, lastKnown, journal, local, late, replicas, events });
   const breaker = new CircuitBreaker({ clock, windowMs: 10_000, minCalls: 1_000, failureRatio: 1, cooldownMs: COOLDOWN_MS, recover: () => recovery.run() });
   recovery.reportTo(breaker);
   const close = async () => {
@@ -46,7 +48,7 @@ function recoveryOn(node: RedisNode) {
     await local.close();
     await redis.close();
   };
-  return { redis, replicas, own, journal, local, late, recovery, breaker, seen, close };
+  return { redis, replicas, own, lastKnown, journal, local, late, recovery, breaker, seen, close };
 }
 
 function check(name: string, hits: number): LimitCheck {

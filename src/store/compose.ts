@@ -115,7 +115,7 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
   const journal = new Journal(redis, clock, events, undefined, (e, hits, ageMs) => own.add(e, hits, e.windowStartMs ?? storeClock.now() - ageMs));
   const lastKnown = new LastKnown();
   const late = new LateCalls();
-  const recovery = new Recovery({ redis, clock, stalledMs: o.stalledMs, replicaId: o.replicaId, replicaTtlMs: o.replicaTtlMs, epoch, storeClock, own, journal, local, late, replicas, events });
+  const recovery = new Recovery({ redis, clock, stalledMs: o.stalledMs, replicaId: o.replicaId, replicaTtlMs: o.replicaTtlMs, epoch, storeClock, own, lastKnown, journal, local, late, replicas, events });
 
   const deadline = new DeadlineStage(redis, { budgetMs, lag });
   const breaker = new BreakerStage(deadline, { clock, breaker: o.breaker, stalledMs: o.stalledMs, recover: () => recovery.run(), connected: () => redis.connected(), events });

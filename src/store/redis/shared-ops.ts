@@ -127,7 +127,9 @@ export abstract class RedisSharedOps implements SharedOps {
   async restoreOwn(entries: readonly OwnEntry[], owner: string): Promise<void> {
     await this.inBatches(entries, (batch) => {
       const args: Arg[] = [];
-      for (const e of batch) args.push(e.key, `${this.keyPrefix}{${hashTagOf(e.key)}}restored:${owner}`);
+      // Windows: the owner's own marker; buckets: one marker for the fleet (their views are of
+      // the fleet's use, not additive).
+      for (const e of batch) args.push(e.key, `${this.keyPrefix}{${hashTagOf(e.key)}}restored:${e.windowStartMs === undefined ? '*fleet' : owner}`);
       args.push(this.time());
       for (const e of batch) args.push(luaAlgorithm(e, this.windows), e.limit, e.periodMs, e.burst, e.hits, e.windowStartMs ?? '', e.atMs);
       return this.runner.run('restore', 'restore_own', 2 * batch.length, args);

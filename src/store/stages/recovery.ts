@@ -1,8 +1,10 @@
+import { capacity, isWindow, specOf } from '../../algorithms/types';
 import type { Clock } from '../../clock';
 import type { StoreEvents } from '../events';
 import type { OwnEntry, SharedOps } from '../shared';
 import { answeredWithin } from '../timeout';
 import { DataEpoch } from './epoch';
+import type { Known } from './last-known';
 
 // Calls the fallback answered for (Redis missed the caller's budget) that are still on their way:
 // their outcome decides what the journal writes back, so recovery lets them land first.
@@ -49,8 +51,10 @@ export interface RecoveryOptions {
   epoch: DataEpoch;
   // Redis' clock as seen from here: the probe's answer is one more reading of it.
   storeClock: { observe(storeNowMs: number, sentAtMs: number, receivedAtMs: number): void };
-  // This process' own hits (own-hits.ts), put back when Redis lost its data.
+  // This process' own hits in windows (own-hits.ts), put back when Redis lost its data.
   own: { current(storeNowMs: number): OwnEntry[] };
+  // What Redis last said of each counter (last-known.ts): a bucket's view of the fleet's use.
+  lastKnown: { all(): Iterable<Known> };
   // The fallback's journal (journal.ts), written back once Redis answers.
   journal: { flush(): Promise<void> };
   // The fallback's local limiter: cleared once Redis has the truth again.
@@ -106,10 +110,19 @@ export class Recovery {
     void this.o.replicas.beat();
   }
 
-  // After Redis lost its data: puts back the hits this process had put in itself (every process
-  // does, so the fleet's add up), exactly once per data lifetime (see lua/restore_own.lua).
+  // After Redis lost its data: puts back the hits this process had put into windows itself
+  // (every process does, so the fleet's add up), exactly once per data lifetime; and for each
+  // bucket (token bucket, GCRA) the use Redis last reported, of the whole fleet: a bucket refills
+  // once for everyone, so hits split by process would each be refilled in full and the fleet's
+  // sum would fall short. The script adds to a bucket only what its view exceeds the views
+  // already put back (see lua/restore_own.lua).
   private async restore(storeNowMs: number): Promise<void> {
     const entries = this.o.own.current(storeNowMs);
+    for (const k of this.o.lastKnown.all()) {
+      if (isWindow(k.spec)) continue;
+      const used = capacity(k.spec) - k.remaining;
+      if (used > 0) entries.push({ key: k.key, ...specOf(k.spec), hits: used, atMs: k.atMs });
+    }
     await this.o.redis.restoreOwn(entries, this.o.replicaId);
     this.o.events.restored(entries.length);
   }
