@@ -6,6 +6,7 @@ import { decisionsChart } from './chart';
 import { upstreamIntegration } from './compat';
 import { connectionsBench, connectionsScale, connectionsTable, setupTable } from './connections';
 import { type DecisionRow, decisionsBench } from './decisions';
+import { firstCallBench, firstCallTable } from './first-call';
 import { fleetBench } from './fleet';
 import { grpcImplBench, grpcImplTable } from './grpc-impl';
 import { capBench, memoryPerKey, microBench } from './micro';
@@ -21,8 +22,8 @@ const PEER_CHART = path.resolve(__dirname, '../../docs/peer.svg');
 const REGIONS_CHART = path.resolve(__dirname, '../../docs/multi-region.svg');
 
 // Only the sections named in BENCH_SECTIONS (comma-separated: micro, memory, process-memory, redis-memory,
-// decisions, fleet, peer, regions, wake, tracing, connections, grpc-impl, attacks, compat) run;
-// all by default.
+// decisions, fleet, peer, regions, wake, tracing, connections, first-call, grpc-impl, attacks,
+// compat) run; all by default.
 function wanted(section: string): boolean {
   const only = process.env.BENCH_SECTIONS;
   return only === undefined || only.split(',').map((s) => s.trim()).includes(section);
@@ -139,6 +140,12 @@ async function main(): Promise<void> {
         console.log(setupTable(c.setup));
       }
     }
+  }
+  if (wanted('first-call')) {
+    console.log('\nFirst decision on a new connection (bench/first-call.ts): servers started 5 times, 40 new connections after each, one ShouldRateLimit each (3 descriptors, grpc-timeout 20m), one Redis:');
+    const f = await firstCallBench();
+    for (const n of f.notes) console.log(`  ${n}`);
+    console.log(firstCallTable(f.rows));
   }
   if (wanted('grpc-impl')) {
     console.log(`\nsluice on grpc-js vs its own gRPC server on node:http2 and on its own HTTP/2 (GRPC_SERVER_IMPL), same Redis and requests; ${fmt(requests)} requests a row, best of 2 alternating rounds:`);

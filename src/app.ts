@@ -29,6 +29,7 @@ import type { OverLimitCacheStats } from './store/over-limit-cache';
 import type { RegionOptions } from './store/region';
 import { MemoryStore } from './store/memory';
 import { storeEvents } from './server/store-events';
+import { warmUpGrpc } from './server/warm-up';
 import { createPerSecondSplit, createRedisStack, redisStackOptions } from './store/compose';
 import { createPerSecondRedis } from './store/persecond';
 import { RedisStore } from './store/redis';
@@ -192,6 +193,7 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       grpcServer = createGrpcListener(settings.grpcServerImpl, { service, quota, health, metrics, logger, tracer, connection });
       tls = serverTls(settings, logger);
       await tls?.ready;
+      await warmUpGrpc({ settings, config, health, connection, logger });
       const grpcPort = await listenAs(listenTarget(settings, 'grpcHost', 'grpcPort'), grpcServer.bind(settings.grpcHost, settings.grpcPort, tls));
       // With gRPC TLS the main listener (POST /json) is HTTPS with the same certificate and client
       // CA, unless HTTP_PLAINTEXT; the admin listener (localhost by default) stays plaintext.

@@ -18,8 +18,9 @@ export interface ServerProcess {
 
 // Runs the real CLI (`node dist/src/main.js serve ...`) and waits for its "listening" log line,
 // which carries the ports it bound.
-export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}): Promise<ServerProcess> {
-  const child = spawn(process.execPath, [MAIN, 'serve', '--grpc-port', '0', '--http-port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1', ...args], {
+// `nodeArgs`: flags for node itself (V8's among them), before the script.
+export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}, nodeArgs: string[] = []): Promise<ServerProcess> {
+  const child = spawn(process.execPath, [...nodeArgs, MAIN, 'serve', '--grpc-port', '0', '--http-port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1', ...args], {
     cwd: REPO,
     // SLUICE_GRPC_SERVER_IMPL=http2 or grpc-js runs the gRPC tests against that server.
     env: { PATH: process.env.PATH, GRPC_SERVER_IMPL: process.env.SLUICE_GRPC_SERVER_IMPL, ...env },

@@ -9,8 +9,9 @@ export type GrpcServerImpl = 'grpc-js' | 'http2' | 'sluice';
 
 // The gRPC listener as app.ts sees it, whichever server carries it (GRPC_SERVER_IMPL).
 export interface GrpcListener {
-  // Resolves with the port bound (port 0 picks a free one).
-  bind(host: string, port: number, tls: ServerTls | undefined): Promise<number>;
+  // Resolves with the port bound (port 0 picks a free one). `exclusive`: not shared with the other
+  // workers of WORKERS > 1 (the warm-up's scratch listener).
+  bind(host: string, port: number, tls: ServerTls | undefined, options?: { exclusive?: boolean }): Promise<number>;
   // A graceful stop: GOAWAY, calls in flight answered, at most timeoutMs.
   drain(timeoutMs: number, logger: Logger): Promise<void>;
 }

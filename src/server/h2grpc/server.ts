@@ -70,7 +70,7 @@ export class H2GrpcServer implements CallOwner {
 
   // Resolves with the port bound. With TLS, the certificate and client CA of `tls` (mTLS when it
   // has one), and new connections use the newest after each reload.
-  bind(host: string, port: number, tls?: ServerTls): Promise<number> {
+  bind(host: string, port: number, tls?: ServerTls, options: { exclusive?: boolean } = {}): Promise<number> {
     let server: http2.Http2Server | http2.Http2SecureServer | WireServer['server'];
     if (this.transport === 'sluice') {
       server = this.wireServer(tls);
@@ -83,7 +83,7 @@ export class H2GrpcServer implements CallOwner {
     }
     return new Promise((resolve, reject) => {
       server.once('error', reject);
-      server.listen(port, host, () => {
+      server.listen({ port, host, exclusive: options.exclusive === true }, () => {
         server.off('error', reject);
         resolve((server.address() as AddressInfo).port);
       });
