@@ -193,11 +193,11 @@ test('sluice help settings puts each endpoint on the listener that serves it', (
   assert.match(line('admin-host'), /\/rlconfig, \/explain, \/settings/);
 });
 
-test('README lists every setting', () => {
-  const readme = fs.readFileSync(path.join(REPO, 'README.md'), 'utf8');
+test('docs/configuration.md lists every setting', () => {
+  const readme = fs.readFileSync(path.join(REPO, 'docs/configuration.md'), 'utf8');
   const { SETTINGS } = require('../src/settings') as typeof import('../src/settings');
   for (const s of SETTINGS) {
-    assert.ok(readme.includes(`\`--${s.flag}\``), `README lacks --${s.flag}`);
-    for (const env of s.env) assert.ok(readme.includes(`\`${env}\``), `README lacks ${env}`);
+    assert.ok(readme.includes(`\`--${s.flag}\``), `docs/configuration.md lacks --${s.flag}`);
+    for (const env of s.env) assert.ok(readme.includes(`\`${env}\``), `docs/configuration.md lacks ${env}`);
   }
 });

@@ -306,13 +306,13 @@ describe('a rejected config is reported, never hidden', () => {
   });
 });
 
-// README's `sluice check` sample is what the tool prints: each `npx sluice check ARGS` line is run
+// docs/configuration.md's `sluice check` sample is what the tool prints: each `npx sluice check ARGS` line is run
 // (as `node dist/src/main.js check ARGS`, which `npx sluice` runs) and the `# ` lines after it are
 // its output, stdout and stderr together.
-test('the README sample of `sluice check` is exactly what the tool prints', async () => {
-  const readme = fs.readFileSync(path.join(REPO, 'README.md'), 'utf8');
+test('the docs/configuration.md sample of `sluice check` is exactly what the tool prints', async () => {
+  const readme = fs.readFileSync(path.join(REPO, 'docs/configuration.md'), 'utf8');
   const block = /Validate without starting:\n\n```sh\n([\s\S]*?)```/.exec(readme);
-  assert.ok(block, 'README has the `sluice check` sample');
+  assert.ok(block, 'docs/configuration.md has the `sluice check` sample');
   const commands: { args: string[]; expected: string[] }[] = [];
   for (const line of block[1].trimEnd().split('\n')) {
     if (line.startsWith('# ')) commands.at(-1)?.expected.push(line.slice(2));
@@ -398,10 +398,10 @@ describe('window and unit', () => {
     }
   });
 
-  test("the README's table of what Envoy is told is what a gRPC answer carries", async (t) => {
-    const readme = fs.readFileSync(path.join(REPO, 'README.md'), 'utf8');
+  test("docs/configuration.md's table of what Envoy is told is what a gRPC answer carries", async (t) => {
+    const readme = fs.readFileSync(path.join(REPO, 'docs/configuration.md'), 'utf8');
     const rows = [...readme.matchAll(/^\| `([^`]+)`[^|]*\| [^|]+ \| 10 per `([A-Z]+)`/gm)].map((m) => [m[1], m[2]]);
-    assert.ok(rows.length >= 4, 'README has the table');
+    assert.ok(rows.length >= 4, 'docs/configuration.md has the table');
     const lines = rows.map(([window], i) => `  - key: r${i}\n    rate_limit: {window: ${window}, requests_per_unit: 10}`);
     const { file } = tempConfig(t, `domain: w\ndescriptors:\n${lines.join('\n')}\n`);
     const s = await startApp({ configPaths: [file] });

@@ -56,7 +56,7 @@ describe('the pinned Envoy and the shipped Envoy configs', () => {
     const services = envoyServices();
     assert.ok(services.length > 0, 'docker-compose.yml runs no Envoy');
     for (const [name, service] of services) assert.equal(service.image, `envoyproxy/envoy:v${pinned}`, `docker-compose.yml service ${name}`);
-    assert.ok(fs.readFileSync(path.join(REPO, 'README.md'), 'utf8').includes(INSTALL_COMMAND), 'the README says how to install it');
+    assert.ok(fs.readFileSync(path.join(REPO, 'docs/development.md'), 'utf8').includes(INSTALL_COMMAND), 'docs/development.md says how to install it');
   });
 
   test('every shipped Envoy config passes `envoy --mode validate`, unchanged', () => {

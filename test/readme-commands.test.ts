@@ -6,9 +6,10 @@ import { after, before, test } from 'node:test';
 import { type Running, startApp } from './support/app';
 import { MAIN, REPO } from './support/process';
 
-// Every shell command in the README is run here (against a real server, its port swapped for the
-// test's) or needs what a test machine lacks, and is listed below with why. A new command in the
-// README that is neither fails this test, so the README cannot drift from what works.
+// Every shell command in the README and docs/ (where the README's topics now live) is run here
+// (against a real server, its port swapped for the test's) or needs what a test machine lacks, and
+// is listed below with why. A new command in them that is neither fails this test, so the docs
+// cannot drift from what works.
 
 const NEEDS: [RegExp, string][] = [
   [/^docker /, 'Docker'],
@@ -17,12 +18,15 @@ const NEEDS: [RegExp, string][] = [
   [/^grpcurl /, 'grpcurl: test/grpcurl.test.ts runs these where it is installed'],
   [/^npm ci && npm (start|test)$/, "the quick start itself: CI runs the README's install and test commands"],
   [/ --store redis /, 'a Redis of your own'],
+  [/^npx sluice simulate /, 'test/simulate.test.ts runs these and compares their charts with docs/algorithms/'],
+  [/^npm run build --silent && node --test dist\/test\/[\w-]+\.test\.js$/, 'one test file: the suite runs it'],
 ];
 
-// The README's commands: lines of its sh/bash blocks that start with a command, continuation lines
+// The docs' commands: lines of their sh/bash blocks that start with a command, continuation lines
 // (an open quote) joined, trailing comments dropped.
 function readmeCommands(): string[] {
-  const readme = fs.readFileSync(path.join(REPO, 'README.md'), 'utf8');
+  const docs = fs.readdirSync(path.join(REPO, 'docs')).filter((f) => f.endsWith('.md'));
+  const readme = ['README.md', ...docs.map((f) => `docs/${f}`)].map((f) => fs.readFileSync(path.join(REPO, f), 'utf8')).join('\n');
   const commands: string[] = [];
   for (const block of readme.matchAll(/```(?:sh|bash)\n([\s\S]*?)```/g)) {
     const lines = block[1].split('\n');
@@ -62,7 +66,7 @@ function runCheck(command: string): void {
   assert.equal(r.status, bad ? 1 : 0, `${command}: exit ${r.status}\n${r.stdout}${r.stderr}`);
 }
 
-test('every README command is run here or says what it needs', async () => {
+test('every command of the README and docs/ is run here or says what it needs', async () => {
   const commands = readmeCommands();
   assert.ok(commands.length >= 10, `found only ${commands.length} commands: is the extraction broken?`);
   let ran = 0;
@@ -70,7 +74,7 @@ test('every README command is run here or says what it needs', async () => {
     if (NEEDS.some(([re]) => re.test(command))) continue;
     if (command.startsWith('curl ')) await runCurl(command);
     else if (command.startsWith('npx sluice check ')) runCheck(command);
-    else assert.fail(`README command neither run by this test nor listed with what it needs: ${command}`);
+    else assert.fail(`command in README.md or docs/ neither run by this test nor listed with what it needs: ${command}`);
     ran++;
   }
   assert.ok(ran >= 4, `ran ${ran} commands`);

@@ -45,8 +45,8 @@ test('the start-up warning names the unhonoured settings that are set, and no ot
   assert.deepEqual(upstreamSettingsNotRead({ REDIS_URL: 'r:6379', USE_STATSD: 'false' }), []);
 });
 
-test("the README's table of upstream's settings is the list's", () => {
-  const readme = fs.readFileSync(path.join(REPO, 'README.md'), 'utf8');
+test("docs/migrating.md's table of upstream's settings is the list's", () => {
+  const readme = fs.readFileSync(path.join(REPO, 'docs/migrating.md'), 'utf8');
   const table = upstreamSettingsTable();
-  assert.ok(readme.includes(table), `README.md should contain, between its upstream-settings markers:\n${table}`);
+  assert.ok(readme.includes(table), `docs/migrating.md should contain, between its upstream-settings markers:\n${table}`);
 });
