@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
-import { upstreamCounters } from '../src/server/statsd';
+import { upstreamCounters } from '../src/telemetry/statsd';
 import { d, startApp } from './support/app';
 import { parseExposition, seriesOf } from './support/exposition';
 

@@ -8,7 +8,7 @@ import { ConfigHolder } from '../src/config/holder';
 import { RateLimitService } from '../src/service/ratelimit';
 import { bindGrpc, createGrpcServer, drainGrpc } from '../src/server/grpc';
 import { HealthState } from '../src/server/health';
-import { Metrics } from '../src/server/metrics';
+import { Metrics } from '../src/telemetry/metrics';
 import { defaultSettings } from '../src/settings';
 import { MemoryStore } from '../src/store/memory';
 import { RateLimitServiceClient } from '../src/gen/envoy/service/ratelimit/v3/rls';

@@ -11,10 +11,10 @@ import type { RateLimitService } from '../service/ratelimit';
 import { checkUtf8Bytes, DEFAULT_BOUNDS, overBound, type RequestBounds } from '../service/request';
 import { requestFromJson } from '../service/request-json';
 import { type HealthState, plainDegradedReason } from './health';
-import type { Metrics } from './metrics';
+import type { Metrics } from '../telemetry/metrics';
 import { failureLog, mapError } from './status';
 import type { ServerTls } from './tls';
-import type { Tracer } from './tracing';
+import type { Tracer } from '../telemetry/tracing';
 import { HttpDrainState, registerDrain } from './http-drain';
 
 export interface HttpDeps {

@@ -11,7 +11,7 @@ import { MemoryStore } from '../store/memory';
 import type { GrpcConnectionLimits } from './grpc';
 import type { HealthState } from './health';
 import { createGrpcListener, type GrpcListener } from './h2grpc/listener';
-import { Metrics } from './metrics';
+import { Metrics } from '../telemetry/metrics';
 
 // The first ShouldRateLimit a process answers runs every function on its path for the first time:
 // V8 compiles each lazily then, and the whole path (HTTP/2 frames, HPACK, protobuf, config match,

@@ -8,8 +8,8 @@ import type { Logger } from '../logger';
 import type { Settings } from '../settings';
 import { type MetricsJson, rejectionToWire, type ToPrimary, type ToWorker } from './cluster-protocol';
 import { stopOnSignals } from './cluster-signals';
-import { Metrics, type SetScrape } from './metrics';
-import { sumTallies, upstreamTallies, type UpstreamTallies } from './prometheus-listener';
+import { Metrics, type SetScrape } from '../telemetry/metrics';
+import { sumTallies, upstreamTallies, type UpstreamTallies } from '../telemetry/prometheus-listener';
 
 type Collected = Extract<ToPrimary, { type: 'collected' }>;
 

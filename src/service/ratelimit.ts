@@ -5,8 +5,8 @@ import type { RateLimitRequest as PbRequest, RateLimitResponse as PbResponse } f
 import { decideRequest, type LimiterSettings, type LimitDecision } from '../limiter/limiter';
 import type { Logger } from '../logger';
 import type { RateLimitRequest } from '../model';
-import type { Metrics } from '../server/metrics';
-import type { CallTrace } from '../server/tracing';
+import type { Metrics } from '../telemetry/metrics';
+import type { CallTrace } from '../telemetry/tracing';
 import type { Settings } from '../settings';
 import type { Store } from '../store/store';
 import { explainRequest } from './explain';

@@ -50,7 +50,7 @@ export class Metrics {
   // The over-limit caches' lookups (Redis store only; REDIS_PERSECOND has two), read when scraped.
   private readonly localCaches: OverLimitCacheStats[] = [];
   // WORKERS > 1: the whole set's series, and with USE_PROMETHEUS the listener's tallies
-  // (server/prometheus-listener.ts), gathered by the primary in one collection (server/workers.ts).
+  // (telemetry/prometheus-listener.ts), gathered by the primary in one collection (server/workers.ts).
   setSource?: () => Promise<SetScrape>;
   // Calls for a domain no config defines (domain-not-found.ts).
   readonly domainNotFound: DomainNotFound;

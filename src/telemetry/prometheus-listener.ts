@@ -1,8 +1,8 @@
 import type http from 'node:http';
 import type { Logger } from '../logger';
 import { listenAddress, settingName, type Settings } from '../settings';
-import { listenAs } from './listen-error';
-import { createHttpServer, type HttpDeps, type HttpServerOptions, listenHttp, send } from './http';
+import { listenAs } from '../server/listen-error';
+import { createHttpServer, type HttpDeps, type HttpServerOptions, listenHttp, send } from '../server/http';
 import { constantLabels, type Metrics } from './metrics';
 import { loadMapperFile, type Mapped, PromMapper, type StatsdType } from './prom-mapper';
 import { upstreamCounters } from './statsd';
