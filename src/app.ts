@@ -18,6 +18,7 @@ import type { ConfigLimits } from './config/limits';
 import type { XdsConfigClient } from './config/xds/client';
 import { createXdsSource } from './config/xds/source';
 import { compatModeLine } from './compat-mode';
+import { metricsDecisionSink } from './telemetry/decision-sink';
 import { Metrics } from './telemetry/metrics';
 import { StatsdSink } from './telemetry/statsd';
 import { createTracer } from './telemetry/tracing';
@@ -152,7 +153,7 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
     },
   });
   const { watcher, xds: xdsSource } = fed ? {} : configSources(settings, config, logger);
-  const service = new RateLimitService({ config, store, settings, metrics, logger, clock: options.clock });
+  const service = new RateLimitService({ config, store, settings, sink: metricsDecisionSink(metrics, settings.nearLimitRatio), logger, clock: options.clock });
   const rlqsOptions = { assignmentTtlMs: settings.rlqsAssignmentTtlMs, unknownBucket: settings.rlqsUnknownBucket, maxBucketsPerStream: settings.rlqsMaxBucketsPerStream };
   const quota = new RateLimitQuotaService({ config, store, limiter: service.limiter, bounds: service.bounds, options: rlqsOptions, events: rlqsEvents(metrics), logger, clock: options.clock });
   const statsd = settings.statsdEnabled
