@@ -1,7 +1,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { DescriptorResult } from '../limiter/limiter';
 import type { OverLimitCacheStats } from '../store/over-limit-cache';
-import type { UpstreamTallies } from './prometheus-listener';
+import type { UpstreamTallies } from './upstream-tallies';
 import { DomainNotFound } from './domain-not-found';
 import { ruleLabels, type RuleLabels, type StatKey, StatKeyMap, statKeyOf } from './rule-stats';
 import { registerUpstreamSeries } from './upstream-series';
