@@ -17,7 +17,7 @@ import { mapError } from './status';
 import { closeGrpcFront, listenGrpcCheckingSan } from './client-san';
 import { credentialsTls } from './tls';
 import type { Tracer } from '../telemetry/tracing';
-import { callObserver } from '../telemetry/observe-call';
+import { observeCall } from '../telemetry/observe-call';
 import type { RateLimitQuotaService } from '../service/rlqs/quota';
 import { RateLimitQuotaServiceService } from '../gen/envoy/service/rate_limit_quota/v3/rlqs';
 import { rlqsService } from './rlqs';
@@ -118,7 +118,7 @@ export function createGrpcServer(deps: GrpcDeps): grpc.Server {
 // node:http2); `active` counts the ShouldRateLimit calls being answered.
 export function grpcServices(deps: GrpcDeps, active: { calls: number }): ServiceEntry[] {
   const { service, health, logger } = deps;
-  const observe = callObserver(deps, 'grpc');
+  const observe = observeCall(deps, 'grpc');
   const rls: grpc.UntypedServiceImplementation = {
     shouldRateLimit(call: grpc.ServerUnaryCall<any, any>, callback: grpc.sendUnaryData<any>) {
       // Reset by the client before it was started (Rapid Reset): nothing to decide, no one to answer.

@@ -15,7 +15,7 @@ import type { Metrics } from '../telemetry/metrics';
 import { mapError } from './status';
 import type { ServerTls } from './tls';
 import type { Tracer } from '../telemetry/tracing';
-import { callObserver } from '../telemetry/observe-call';
+import { observeCall } from '../telemetry/observe-call';
 import { HttpDrainState, registerDrain } from './http-drain';
 
 export interface HttpDeps {
@@ -128,10 +128,10 @@ function plainUnavailable(message: string, storeNow?: string): string {
 
 // POST /json: the RLS call as JSON; 200 OK, 429 over limit, 400 bad input (as upstream).
 // One observer per app (its deps), so that its failure log is shared by its HTTP listeners.
-const observers = new WeakMap<HttpDeps, ReturnType<typeof callObserver>>();
-function observeJson(deps: HttpDeps): ReturnType<typeof callObserver> {
+const observers = new WeakMap<HttpDeps, ReturnType<typeof observeCall>>();
+function observeJson(deps: HttpDeps): ReturnType<typeof observeCall> {
   let observe = observers.get(deps);
-  if (observe === undefined) observers.set(deps, (observe = callObserver(deps, 'http')));
+  if (observe === undefined) observers.set(deps, (observe = observeCall(deps, 'http')));
   return observe;
 }
 

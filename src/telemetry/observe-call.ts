@@ -30,9 +30,9 @@ export interface ObservedCall {
   failed(failure: CallFailure, status: string | number, err: unknown): void;
 }
 
-// One listener's observer: each call it is given starts a timer and a span; the failure log is the
-// listener's, so that its refusals are counted and throttled together.
-export function callObserver(t: CallTelemetry, transport: CallTransport): (carrier: Carrier) => ObservedCall {
+// A listener's observer (made once per listener): each call it is given starts a timer and a span;
+// the failure log is the listener's, so that its refusals are counted and throttled together.
+export function observeCall(t: CallTelemetry, transport: CallTransport): (carrier: Carrier) => ObservedCall {
   const logFailure = failureLog(t.logger, transport);
   return (carrier) => {
     const stopTimer = t.metrics.requestDuration.startTimer({ transport });
