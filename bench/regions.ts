@@ -1,5 +1,5 @@
 import { barChart } from '../src/svg-chart';
-import { REQUEST_DURATION_BUCKETS } from '../src/server/metrics';
+import { REQUEST_DURATION_BUCKETS } from '../src/telemetry/metrics';
 import { d } from '../test/support/app';
 import { scriptCalls, stopAll } from '../test/support/redis';
 import { type Deployment, type DriveResult, type Overrides, type Sample, drive, percentile, startRegions } from '../test/support/regions';

@@ -7,7 +7,7 @@ import { describe, test } from 'node:test';
 import { parser } from '@prometheus-io/lezer-promql';
 import YAML from 'yaml';
 import { dashboardJson } from '../deploy/observability/dashboard';
-import { Metrics } from '../src/server/metrics';
+import { Metrics } from '../src/telemetry/metrics';
 import { REPO } from './support/process';
 
 // deploy/observability: the Prometheus rules checked and unit-tested by promtool (Debian's
@@ -66,7 +66,7 @@ function selectedMetrics(expr: string): string[] {
 
 function assertKnown(exprs: string[], known: Set<string>, where: string): void {
   for (const expr of exprs) {
-    for (const name of selectedMetrics(expr)) assert.ok(known.has(name), `${where}: ${name} (in ${expr}) is neither exported by sluice (src/server/metrics.ts) nor recorded by rules.yml`);
+    for (const name of selectedMetrics(expr)) assert.ok(known.has(name), `${where}: ${name} (in ${expr}) is neither exported by sluice (src/telemetry/metrics.ts) nor recorded by rules.yml`);
   }
 }
 

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
-import { upstreamCounters } from '../src/server/statsd';
+import { upstreamCounters } from '../src/telemetry/statsd';
 import { d, startApp } from './support/app';
 import { parseExposition, seriesOf } from './support/exposition';
 
@@ -65,5 +65,38 @@ test('detailed_metric and value_to_metric label values carry whole descriptor va
     });
   } finally {
     await s.stop();
+  }
+});
+
+// Two rules whose stats keys join to the same dotted string: a nested rule (tenant=acme, host=api)
+// and its parent given the value "acme.host_api". Tallied by the joined string, the second call
+// landed in the first one's series; tallied by tuple, each keeps its own labels. Their statsd names
+// are one name, as upstream's would be.
+const CLASH = `
+domain: clash
+descriptors:
+  - key: tenant
+    detailed_metric: true
+    rate_limit: ${PER_MINUTE}
+    descriptors: [{ key: host, detailed_metric: true, rate_limit: ${PER_MINUTE} }]
+`;
+
+test('stats keys that join to the same dotted string keep their own Prometheus labels', async () => {
+  const clashDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-rule-clash-'));
+  fs.writeFileSync(path.join(clashDir, 'clash.yaml'), CLASH);
+  const s = await startApp({ configPaths: [clashDir] });
+  try {
+    await s.call({ domain: 'clash', descriptors: [d(['tenant', 'acme'], ['host', 'api'])] });
+    for (let i = 0; i < 2; i++) await s.call({ domain: 'clash', descriptors: [d(['tenant', 'acme.host_api'])] });
+    const samples = parseExposition(await (await s.http('/metrics')).text());
+    assert.deepEqual(seriesOf(samples, 'ratelimit_service_rate_limit_total_hits'), {
+      'domain=clash,key1=tenant_acme,key2=host_api': 1,
+      'domain=clash,key1=tenant_acme.host_api,key2=': 2,
+    });
+    const statsd = [...(await upstreamCounters(s.app.metrics))].filter(([name]) => name.endsWith('.total_hits'));
+    assert.deepEqual(Object.fromEntries(statsd), { 'ratelimit.service.rate_limit.clash.tenant_acme.host_api.total_hits': 3 });
+  } finally {
+    await s.stop();
+    fs.rmSync(clashDir, { recursive: true, force: true });
   }
 });

@@ -6,8 +6,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { loadSettings } from '../src/settings';
-import { sanitizeStatName } from '../src/server/rule-stats';
-import { tagSuffix } from '../src/server/statsd';
+import { sanitizeStatName } from '../src/telemetry/rule-stats';
+import { tagSuffix } from '../src/telemetry/statsd';
 import { d, startApp } from './support/app';
 
 // statsd output with envoyproxy/ratelimit's names: a real UDP (and TCP) listener, the real app

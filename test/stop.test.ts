@@ -8,7 +8,8 @@ import { ConfigHolder } from '../src/config/holder';
 import { RateLimitService } from '../src/service/ratelimit';
 import { bindGrpc, createGrpcServer, drainGrpc } from '../src/server/grpc';
 import { HealthState } from '../src/server/health';
-import { Metrics } from '../src/server/metrics';
+import { Metrics } from '../src/telemetry/metrics';
+import { metricsDecisionSink } from '../src/telemetry/decision-sink';
 import { defaultSettings } from '../src/settings';
 import { MemoryStore } from '../src/store/memory';
 import { RateLimitServiceClient } from '../src/gen/envoy/service/ratelimit/v3/rls';
@@ -32,7 +33,7 @@ test('a session destroyed just before the stop: the drain ends without waiting f
   const config = new ConfigHolder(settings.configPaths, { mergeDomains: false, limits: { maxFileBytes: 1 << 20, maxDescriptors: 1000 }, logger, onLoad: () => undefined });
   config.reload('startup');
   const health = new HealthState(() => true, () => undefined);
-  const service = new RateLimitService({ config, store, settings, metrics, logger });
+  const service = new RateLimitService({ config, store, settings, sink: metricsDecisionSink(metrics, settings.nearLimitRatio), logger });
   const server = createGrpcServer({ service, health, metrics, logger });
   const port = await bindGrpc(server, '127.0.0.1', 0);
   const client = new RateLimitServiceClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure());

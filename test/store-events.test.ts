@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { createLogger } from '../src/logger';
-import { Metrics } from '../src/server/metrics';
-import { storeEvents } from '../src/server/store-events';
+import { Metrics } from '../src/telemetry/metrics';
+import { storeEvents } from '../src/telemetry/store-events';
 
 // The store's event sink: every event lands in its metric, and the log lines that matter are JSON
 // with the documented fields (repeated failures rate-limited).

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { type RateLimitRequest, type RateLimitResponse, RateLimitResponse_Code as Code, RateLimitServiceClient } from '../src/gen/envoy/service/ratelimit/v3/rls';
-import { GRPC_SPAN, HTTP_SPAN, STORE_SPAN, tracesUrl } from '../src/server/tracing';
+import { GRPC_SPAN, HTTP_SPAN, STORE_SPAN, tracesUrl } from '../src/telemetry/tracing';
 import { defaultSettings, loadSettings, type Settings } from '../src/settings';
 import { createLogger } from '../src/logger';
 import { d, type Running, startApp } from './support/app';

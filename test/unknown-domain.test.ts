@@ -5,7 +5,7 @@ import path from 'node:path';
 import { after, test } from 'node:test';
 import { ManualClock } from '../src/clock';
 import { createLogger } from '../src/logger';
-import { upstreamCounters } from '../src/server/statsd';
+import { upstreamCounters } from '../src/telemetry/statsd';
 import { d, startApp, type Running } from './support/app';
 import { parseExposition, seriesOf } from './support/exposition';
 

@@ -5,7 +5,7 @@ import type { CompiledConfig, RateLimitRule } from '../src/config/types';
 import { RateLimitResponse, RateLimitResponse_Code as PbCode } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { decideRequest, type DescriptorResult, type LimitDecision, type LimiterSettings } from '../src/limiter/limiter';
 import type { RateLimitRequest } from '../src/model';
-import { ruleCounts } from '../src/server/metrics';
+import { ruleCounts } from '../src/telemetry/metrics';
 import { explainRequest } from '../src/service/explain';
 import { responseToProto, type ResponseOptions } from '../src/service/response';
 import type { Decision, LimitOutcome, Store } from '../src/store/store';

@@ -10,7 +10,7 @@ import { makeCerts } from './support/certs';
 import { spawnServer, spawnServers, type ServerProcess } from './support/process';
 import { freePort, startRedis, stopAll } from './support/redis';
 import { httpReceiver } from './support/otlp';
-import { GRPC_SPAN } from '../src/server/tracing';
+import { GRPC_SPAN } from '../src/telemetry/tracing';
 
 // Issue 15: two replicas started with Envoy Gateway's environment (config over xDS with mTLS, TLS
 // on the gRPC port, REDIS_URL and no BACKEND_TYPE, metrics and tracing on) share one budget on one

@@ -1,23 +1,8 @@
 import * as grpc from '@grpc/grpc-js';
 import type https from 'node:https';
-import { isIP } from 'node:net';
 import tls, { type TLSSocket } from 'node:tls';
-import type { Logger } from '../logger';
 import { listenHttp } from './http';
 import type { ServerTls } from './tls';
-
-// GRPC_CLIENT_TLS_SAN as upstream checks it (its gRPC server's VerifyPeerCertificate): the client
-// certificate, verified against GRPC_CLIENT_TLS_CACERT, must also carry the name: as a DNS SAN
-// (a wildcard covering one whole label matches, as in TLS) or, for an IP address, as an IP SAN.
-// The subject's CN does not count, as in Go. A refusal is logged, as upstream does.
-export function peerHasSan(socket: TLSSocket, san: string, logger?: Logger): boolean {
-  const cert = socket.getPeerX509Certificate();
-  const found = cert === undefined ? undefined : isIP(san) !== 0 ? cert.checkIP(san) : cert.checkHost(san, { subject: 'never', partialWildcards: false });
-  if (found !== undefined) return true;
-  const subject = cert?.subject.replace(/\n/g, ', ') ?? 'none';
-  logger?.warn({ event: 'client_san_refused', san, subject, remote: socket.remoteAddress }, `client certificate (${subject}) does not carry GRPC_CLIENT_TLS_SAN ${san}: connection closed`);
-  return false;
-}
 
 // The TLS listeners in front of grpc-js servers, closed by drainGrpc.
 const FRONTS = new WeakMap<grpc.Server, tls.Server>();

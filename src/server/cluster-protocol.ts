@@ -3,7 +3,7 @@ import type { CompiledConfig } from '../config/types';
 import { ConfigError } from '../errors';
 import type { Registry } from 'prom-client';
 import type { ServingStatus } from './health';
-import type { UpstreamTallies } from './prometheus-listener';
+import type { UpstreamTallies } from '../telemetry/upstream-tallies';
 
 // Messages between the primary and its workers under WORKERS > 1 (server/workers.ts). The IPC
 // channel uses structured clone ('advanced' serialization), so the compiled config — plain objects,

@@ -3,8 +3,8 @@ import { createLogger } from '../logger';
 import { type Settings, SettingsError } from '../settings';
 import { rejectionFromWire, type ToPrimary, type ToWorker } from './cluster-protocol';
 import { stopOnSignals } from './cluster-signals';
-import type { SetScrape } from './metrics';
-import { upstreamTallies } from './prometheus-listener';
+import type { SetScrape } from '../telemetry/metrics';
+import { upstreamTallies } from '../telemetry/prometheus-listener';
 
 // One worker of WORKERS > 1: the whole app (gRPC, HTTP, store, metrics) on the ports the set
 // shares, with its config handed over by the primary (server/workers.ts), which it also asks for

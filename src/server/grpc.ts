@@ -11,12 +11,13 @@ import type { RateLimitService } from '../service/ratelimit';
 import type { RequestBounds } from '../service/request';
 import { decodeRequest } from '../service/request-wire';
 import { HEALTH_SERVICES, type HealthState } from './health';
-import type { Metrics } from './metrics';
+import type { Metrics } from '../telemetry/metrics';
 import { reflectionServices } from './reflection';
-import { failureLog, mapError } from './status';
+import { mapError } from './status';
 import { closeGrpcFront, listenGrpcCheckingSan } from './client-san';
 import { credentialsTls } from './tls';
-import type { Tracer } from './tracing';
+import type { Tracer } from '../telemetry/tracing';
+import { observeCall } from '../telemetry/observe-call';
 import type { RateLimitQuotaService } from '../service/rlqs/quota';
 import { RateLimitQuotaServiceService } from '../gen/envoy/service/rate_limit_quota/v3/rlqs';
 import { rlqsService } from './rlqs';
@@ -116,37 +117,29 @@ export function createGrpcServer(deps: GrpcDeps): grpc.Server {
 // Every service sluice answers over gRPC, whichever server carries them (grpc-js, or h2grpc/ on
 // node:http2); `active` counts the ShouldRateLimit calls being answered.
 export function grpcServices(deps: GrpcDeps, active: { calls: number }): ServiceEntry[] {
-  const { service, health, metrics, logger, tracer } = deps;
-  const logFailure = failureLog(logger, 'grpc');
+  const { service, health, logger } = deps;
+  const observe = observeCall(deps, 'grpc');
   const rls: grpc.UntypedServiceImplementation = {
     shouldRateLimit(call: grpc.ServerUnaryCall<any, any>, callback: grpc.sendUnaryData<any>) {
       // Reset by the client before it was started (Rapid Reset): nothing to decide, no one to answer.
       if (call.cancelled) return;
       active.calls++;
-      const timer = metrics.requestDuration.startTimer({ transport: 'grpc' });
-      const end = () => {
-        active.calls--;
-        timer();
-      };
+      const observed = observe(call);
       const deadline = call.getDeadline();
       const deadlineAt = deadline instanceof Date ? deadline.getTime() : Number.isFinite(deadline) ? deadline : undefined;
       const request = call.request;
-      const trace = tracer?.startCall('grpc', call);
+      const trace = observed.trace;
       const decided = request instanceof Refused ? Promise.reject(request.error) : service.shouldRateLimit(request, { deadlineAt, trace, caller: call });
       decided.then(
         (response) => {
-          end();
-          const code = RateLimitResponse_Code[response.overallCode];
-          metrics.requests.inc({ transport: 'grpc', code });
-          trace?.end(code, 'OK');
+          active.calls--;
+          observed.answered(RateLimitResponse_Code[response.overallCode], 'OK');
           callback(null, response);
         },
         (err: unknown) => {
-          end();
+          active.calls--;
           const mapped = mapError(err);
-          metrics.requests.inc({ transport: 'grpc', code: mapped.label });
-          trace?.end(mapped.label, mapped.label, mapped.message);
-          logFailure(mapped, err);
+          observed.failed(mapped, mapped.label, err);
           callback({ code: mapped.grpc, details: mapped.message });
         },
       );

@@ -11,10 +11,11 @@ import type { RateLimitService } from '../service/ratelimit';
 import { checkUtf8Bytes, DEFAULT_BOUNDS, overBound, type RequestBounds } from '../service/request';
 import { requestFromJson } from '../service/request-json';
 import { type HealthState, plainDegradedReason } from './health';
-import type { Metrics } from './metrics';
-import { failureLog, mapError } from './status';
+import type { Metrics } from '../telemetry/metrics';
+import { mapError } from './status';
 import type { ServerTls } from './tls';
-import type { Tracer } from './tracing';
+import type { Tracer } from '../telemetry/tracing';
+import { observeCall } from '../telemetry/observe-call';
 import { HttpDrainState, registerDrain } from './http-drain';
 
 export interface HttpDeps {
@@ -126,32 +127,26 @@ function plainUnavailable(message: string, storeNow?: string): string {
 }
 
 // POST /json: the RLS call as JSON; 200 OK, 429 over limit, 400 bad input (as upstream).
-// One failure log per app (its logger), shared by its HTTP listeners.
-const failureLogs = new WeakMap<Logger, ReturnType<typeof failureLog>>();
-function httpFailureLog(logger: Logger): ReturnType<typeof failureLog> {
-  let log = failureLogs.get(logger);
-  if (log === undefined) failureLogs.set(logger, (log = failureLog(logger, 'http')));
-  return log;
+// One observer per app (its deps), so that its failure log is shared by its HTTP listeners.
+const observers = new WeakMap<HttpDeps, ReturnType<typeof observeCall>>();
+function observeJson(deps: HttpDeps): ReturnType<typeof observeCall> {
+  let observe = observers.get(deps);
+  if (observe === undefined) observers.set(deps, (observe = observeCall(deps, 'http')));
+  return observe;
 }
 
 async function handleJson(req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps): Promise<void> {
-  const end = deps.metrics.requestDuration.startTimer({ transport: 'http' });
-  const trace = deps.tracer?.startCall('http', req);
+  const observed = observeJson(deps)(req);
   try {
-    const response = await deps.service.shouldRateLimit(parseRequest(await readBody(req, deps.service.bounds), deps.service.bounds), { trace });
+    const response = await deps.service.shouldRateLimit(parseRequest(await readBody(req, deps.service.bounds), deps.service.bounds), { trace: observed.trace });
     const over = response.overallCode === 2;
-    deps.metrics.requests.inc({ transport: 'http', code: over ? 'OVER_LIMIT' : 'OK' });
-    trace?.end(over ? 'OVER_LIMIT' : 'OK', over ? 429 : 200);
     send(res, over ? 429 : 200, responseJson(response, deps.health.storeNow()), 'application/json', httpHeaders(response));
+    observed.answered(over ? 'OVER_LIMIT' : 'OK', over ? 429 : 200);
   } catch (err) {
     const mapped = mapError(err);
-    deps.metrics.requests.inc({ transport: 'http', code: mapped.label });
-    httpFailureLog(deps.logger)(mapped, err);
-    trace?.end(mapped.label, mapped.http, mapped.message);
     const message = mapped.label === 'UNAVAILABLE' ? plainUnavailable(mapped.message, deps.health.storeNow()) : mapped.message;
     send(res, mapped.http, JSON.stringify({ error: message, code: mapped.label }), 'application/json');
-  } finally {
-    end();
+    observed.failed(mapped, mapped.http, err);
   }
 }
 

@@ -1,9 +1,9 @@
 import * as grpc from '@grpc/grpc-js';
+import { isIP } from 'node:net';
 import type tls from 'node:tls';
 import type { TLSSocket } from 'node:tls';
 import type { Logger } from '../logger';
 import type { Settings } from '../settings';
-import { peerHasSan } from './client-san';
 
 // The server certificate of GRPC_SERVER_USE_TLS, shared by the gRPC listener and (unless
 // HTTP_PLAINTEXT) the main HTTP listener. Certificate files are re-read every TLS_RELOAD_INTERVAL
@@ -102,4 +102,17 @@ const OWNER = new WeakMap<grpc.ServerCredentials, ServerTls>();
 
 export function credentialsTls(credentials: grpc.ServerCredentials): ServerTls | undefined {
   return OWNER.get(credentials);
+}
+
+// GRPC_CLIENT_TLS_SAN as upstream checks it (its gRPC server's VerifyPeerCertificate): the client
+// certificate, verified against GRPC_CLIENT_TLS_CACERT, must also carry the name: as a DNS SAN
+// (a wildcard covering one whole label matches, as in TLS) or, for an IP address, as an IP SAN.
+// The subject's CN does not count, as in Go. A refusal is logged, as upstream does.
+export function peerHasSan(socket: TLSSocket, san: string, logger?: Logger): boolean {
+  const cert = socket.getPeerX509Certificate();
+  const found = cert === undefined ? undefined : isIP(san) !== 0 ? cert.checkIP(san) : cert.checkHost(san, { subject: 'never', partialWildcards: false });
+  if (found !== undefined) return true;
+  const subject = cert?.subject.replace(/\n/g, ', ') ?? 'none';
+  logger?.warn({ event: 'client_san_refused', san, subject, remote: socket.remoteAddress }, `client certificate (${subject}) does not carry GRPC_CLIENT_TLS_SAN ${san}: connection closed`);
+  return false;
 }

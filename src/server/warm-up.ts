@@ -11,7 +11,8 @@ import { MemoryStore } from '../store/memory';
 import type { GrpcConnectionLimits } from './grpc';
 import type { HealthState } from './health';
 import { createGrpcListener, type GrpcListener } from './h2grpc/listener';
-import { Metrics } from './metrics';
+import { metricsDecisionSink } from '../telemetry/decision-sink';
+import { Metrics } from '../telemetry/metrics';
 
 // The first ShouldRateLimit a process answers runs every function on its path for the first time:
 // V8 compiles each lazily then, and the whole path (HTTP/2 frames, HPACK, protobuf, config match,
@@ -122,7 +123,7 @@ export async function warmUpGrpc(deps: WarmUpDeps): Promise<void> {
   const started = performance.now();
   const quiet = createLogger('silent');
   const metrics = new Metrics();
-  const service = new RateLimitService({ config: deps.config, store: new MemoryStore(), settings: deps.settings, metrics, logger: quiet });
+  const service = new RateLimitService({ config: deps.config, store: new MemoryStore(), settings: deps.settings, sink: metricsDecisionSink(metrics, deps.settings.nearLimitRatio), logger: quiet });
   const scratch = createGrpcListener(deps.settings.grpcServerImpl, { service, health: deps.health, metrics, logger: quiet, connection: deps.connection });
   const calls = await warmUp(scratch, warmUpRequest(deps.config.config), quiet);
   const ms = Math.round(performance.now() - started);

@@ -8,8 +8,9 @@ import type { Logger } from '../logger';
 import type { Settings } from '../settings';
 import { type MetricsJson, rejectionToWire, type ToPrimary, type ToWorker } from './cluster-protocol';
 import { stopOnSignals } from './cluster-signals';
-import { Metrics, type SetScrape } from './metrics';
-import { sumTallies, upstreamTallies, type UpstreamTallies } from './prometheus-listener';
+import { Metrics, type SetScrape } from '../telemetry/metrics';
+import { upstreamTallies } from '../telemetry/prometheus-listener';
+import { sumTallies, type UpstreamTallies } from '../telemetry/upstream-tallies';
 
 type Collected = Extract<ToPrimary, { type: 'collected' }>;
 

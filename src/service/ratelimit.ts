@@ -5,10 +5,9 @@ import type { RateLimitRequest as PbRequest, RateLimitResponse as PbResponse } f
 import { decideRequest, type LimiterSettings, type LimitDecision } from '../limiter/limiter';
 import type { Logger } from '../logger';
 import type { RateLimitRequest } from '../model';
-import type { Metrics } from '../server/metrics';
-import type { CallTrace } from '../server/tracing';
 import type { Settings } from '../settings';
 import type { Store } from '../store/store';
+import type { CallSpan, DecisionSink } from './decision-sink';
 import { explainRequest } from './explain';
 import { requestBounds, requestFromProto, type RequestBounds } from './request';
 import { responseToProto, type ResponseOptions } from './response';
@@ -18,7 +17,8 @@ export interface ServiceDeps {
   config: ConfigHolder;
   store: Store;
   settings: Settings;
-  metrics: Metrics;
+  // Where decisions are reported (metrics).
+  sink: DecisionSink;
   logger: Logger;
   // Times the unknown-domain log lines (tests move it).
   clock?: Clock;
@@ -59,7 +59,7 @@ export class RateLimitService {
 
   // Throws InvalidRequestError for a malformed request and UnavailableError when no decision can
   // be made; never answers UNKNOWN.
-  async shouldRateLimit(pb: PbRequest, call: { deadlineAt?: number; trace?: CallTrace; caller?: { readonly cancelled: boolean } } = {}): Promise<PbResponse> {
+  async shouldRateLimit(pb: PbRequest, call: { deadlineAt?: number; trace?: CallSpan; caller?: { readonly cancelled: boolean } } = {}): Promise<PbResponse> {
     const request = requestFromProto(pb, this.bounds);
     call.trace?.describe(request.domain, request.descriptors.length);
     const config = this.deps.config.config;
@@ -88,13 +88,12 @@ export class RateLimitService {
 
   // As upstream, OK with no limit; counted and logged so that a misspelt domain can be noticed.
   private unknownDomain(request: RateLimitRequest, known: ReadonlyMap<string, unknown>): void {
-    this.deps.metrics.domainNotFound.record(request.domain, request.descriptors.length);
+    this.deps.sink.unknownDomain(request.domain, request.descriptors.length);
     this.unknownDomains.note(request.domain, request.descriptors.length, () => known.keys());
   }
 
   private record(request: RateLimitRequest, decision: LimitDecision): void {
-    const ratio = this.deps.settings.nearLimitRatio;
-    for (const r of decision.results) this.deps.metrics.recordDescriptor(r, ratio);
+    this.deps.sink.decided(decision.results);
     const log = this.deps.logger;
     if (log.isLevelEnabled('debug')) {
       log.debug(

@@ -8,7 +8,7 @@ import { BoundedMap } from '../store/bounded-map';
 // LINES_PER_MINUTE such lines a minute in all, so that a caller sending a million distinct domains
 // costs neither unbounded memory nor a flooded log: past the cap, calls are only counted, and the
 // next unknown-domain call after the minute logs how many went unlogged. The metric
-// (server/domain-not-found.ts) counts every call.
+// (telemetry/domain-not-found.ts) counts every call.
 export const LINES_PER_MINUTE = 100;
 const MINUTE_MS = 60_000;
 // Longer domains are logged cut to this many characters (with their length), and remembered so.

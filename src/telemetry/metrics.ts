@@ -1,9 +1,9 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { DescriptorResult } from '../limiter/limiter';
 import type { OverLimitCacheStats } from '../store/over-limit-cache';
-import type { UpstreamTallies } from './prometheus-listener';
+import type { UpstreamTallies } from './upstream-tallies';
 import { DomainNotFound } from './domain-not-found';
-import { ruleLabels, type RuleLabels } from './rule-stats';
+import { ruleLabels, type RuleLabels, type StatKey, StatKeyMap, statKeyOf } from './rule-stats';
 import { registerUpstreamSeries } from './upstream-series';
 import { buildInfo } from '../version';
 
@@ -50,13 +50,13 @@ export class Metrics {
   // The over-limit caches' lookups (Redis store only; REDIS_PERSECOND has two), read when scraped.
   private readonly localCaches: OverLimitCacheStats[] = [];
   // WORKERS > 1: the whole set's series, and with USE_PROMETHEUS the listener's tallies
-  // (server/prometheus-listener.ts), gathered by the primary in one collection (server/workers.ts).
+  // (telemetry/prometheus-listener.ts), gathered by the primary in one collection (server/workers.ts).
   setSource?: () => Promise<SetScrape>;
   // Calls for a domain no config defines (domain-not-found.ts).
   readonly domainNotFound: DomainNotFound;
   private readonly ruleStats: Record<RuleStat, Counter<'domain' | 'key1' | 'key2'>>;
   // Hits per stats key (bounded by the config's rules, see above), by RULE_STATS index.
-  private readonly ruleTallies = new Map<string, { labels: RuleLabels; counts: number[]; localCache: number }>();
+  private readonly ruleTallies = new StatKeyMap<RuleTally>();
 
   constructor(options: { defaultMetrics?: boolean; extraTags?: readonly string[] } = {}) {
     const registers = [this.registry];
@@ -155,29 +155,36 @@ export class Metrics {
   }
 
   // Hits per rule since start, by stats key, for sinks other than Prometheus (statsd.ts).
-  ruleTotals(): Iterable<[statKey: string, counts: Readonly<Record<UpstreamRuleStat, number>>]> {
-    const tallies = this.ruleTallies;
+  ruleTotals(): Iterable<[statKey: StatKey, counts: Readonly<Record<UpstreamRuleStat, number>>]> {
+    const tallies = this.ruleTallies.values();
     return (function* () {
-      for (const [statKey, t] of tallies) {
+      for (const t of tallies) {
         const counts = Object.fromEntries(RULE_STATS.map((stat, i) => [stat, t.counts[i]])) as Record<UpstreamRuleStat, number>;
         counts.over_limit_with_local_cache = t.localCache;
-        yield [statKey, counts];
+        yield [t.key, counts];
       }
     })();
   }
 
   recordDescriptor(result: DescriptorResult, nearLimitRatio: number): void {
     if (result.kind !== 'limited' || result.matched === undefined || result.rule === undefined) return;
-    const statKey = result.matched.statKey;
-    let tally = this.ruleTallies.get(statKey);
+    const key = statKeyOf(result.matched);
+    let tally = this.ruleTallies.get(key);
     if (tally === undefined) {
-      tally = { labels: ruleLabels(result.matched), counts: RULE_STATS.map(() => 0), localCache: 0 };
-      this.ruleTallies.set(statKey, tally);
+      tally = { key, labels: ruleLabels(key), counts: RULE_STATS.map(() => 0), localCache: 0 };
+      this.ruleTallies.add(key, tally);
     }
     const counts = ruleCounts(result, nearLimitRatio);
     for (let i = 0; i < RULE_STATS.length; i++) tally.counts[i] += counts[RULE_STATS[i]];
     if (result.fromLocalCache) tally.localCache += result.hits;
   }
+}
+
+interface RuleTally {
+  key: StatKey;
+  labels: RuleLabels;
+  counts: number[];
+  localCache: number;
 }
 
 export const RULE_STATS = ['total_hits', 'over_limit', 'near_limit', 'within_limit', 'shadow_mode'] as const;

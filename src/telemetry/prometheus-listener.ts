@@ -1,12 +1,13 @@
 import type http from 'node:http';
 import type { Logger } from '../logger';
 import { listenAddress, settingName, type Settings } from '../settings';
-import { listenAs } from './listen-error';
-import { createHttpServer, type HttpDeps, type HttpServerOptions, listenHttp, send } from './http';
+import { listenAs } from '../server/listen-error';
+import { createHttpServer, type HttpDeps, type HttpServerOptions, listenHttp, send } from '../server/http';
 import { constantLabels, type Metrics } from './metrics';
 import { loadMapperFile, type Mapped, PromMapper, type StatsdType } from './prom-mapper';
 import { upstreamCounters } from './statsd';
 import { defaultMapping } from './upstream-mapping';
+import type { Observation, UpstreamTallies } from './upstream-tallies';
 
 // USE_PROMETHEUS: upstream's dedicated metrics listener (PROMETHEUS_ADDR, PROMETHEUS_PATH). Upstream
 // hands its statsd stats to an embedded statsd_exporter, so its series are named by a statsd_exporter
@@ -21,39 +22,8 @@ const RESPONSE_TIME = 'ratelimit_server.ShouldRateLimit.response_time';
 // Upstream's timers are in milliseconds; sluice's histogram is in seconds.
 const MS_PER_SECOND = 1000;
 
-export interface Observation {
-  // Upper bounds and cumulative counts, sum and count.
-  buckets: [number, number][];
-  sum: number;
-  count: number;
-}
-
-// What the listener's upstream-named series are computed from: upstream's statsd names with their
-// totals, and the gRPC response-time histogram. Plain data, so that under WORKERS > 1 every worker
-// sends its own to the primary, which sums them with its own (config loads) for a scrape.
-export interface UpstreamTallies {
-  counters: [string, number][];
-  responseTime: Observation;
-}
-
 export async function upstreamTallies(metrics: Metrics): Promise<UpstreamTallies> {
   return { counters: [...(await upstreamCounters(metrics))], responseTime: await grpcResponseTime(metrics) };
-}
-
-// Several processes' tallies as one: counters by name, histograms bucket by bucket (every process
-// has the same buckets).
-export function sumTallies(all: readonly UpstreamTallies[]): UpstreamTallies {
-  const counters = new Map<string, number>();
-  const buckets = new Map<number, number>();
-  const responseTime: Observation = { buckets: [], sum: 0, count: 0 };
-  for (const t of all) {
-    for (const [name, n] of t.counters) counters.set(name, (counters.get(name) ?? 0) + n);
-    for (const [le, n] of t.responseTime.buckets) buckets.set(le, (buckets.get(le) ?? 0) + n);
-    responseTime.sum += t.responseTime.sum;
-    responseTime.count += t.responseTime.count;
-  }
-  responseTime.buckets = [...buckets].sort((a, b) => a[0] - b[0]);
-  return { counters: [...counters], responseTime };
 }
 
 interface Family {

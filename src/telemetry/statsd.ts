@@ -1,7 +1,7 @@
 import StatsDClient, { type StatsD } from 'hot-shots';
 import type { Logger } from '../logger';
 import { type Metrics, tagPairs, UPSTREAM_RULE_STATS } from './metrics';
-import { sanitizeStatName } from './rule-stats';
+import { sanitizeStatName, statName } from './rule-stats';
 import { errType } from './upstream-series';
 
 // envoyproxy/ratelimit's statsd output, so statsd_exporter mappings and dashboards built on its
@@ -97,7 +97,7 @@ export async function upstreamCounters(metrics: Metrics): Promise<Map<string, nu
   const totals = new Map<string, number>();
   const add = (name: string, n: number) => totals.set(name, (totals.get(name) ?? 0) + n);
   for (const [statKey, counts] of metrics.ruleTotals()) {
-    const base = `ratelimit.service.rate_limit.${sanitizeStatName(statKey)}.`;
+    const base = `ratelimit.service.rate_limit.${statName(statKey)}.`;
     for (const stat of UPSTREAM_RULE_STATS) add(base + stat, counts[stat]);
   }
   for (const [domain, n] of metrics.domainNotFound.totals()) add(`ratelimit.service.rate_limit.${sanitizeStatName(domain)}.domain_not_found`, n);

@@ -3,8 +3,8 @@ import type http from 'node:http';
 import type * as grpc from '@grpc/grpc-js';
 import type * as Api from '@opentelemetry/api';
 import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
-import type { StoreTracer } from '../limiter/limiter';
 import type { Logger } from '../logger';
+import type { CallSpan } from '../service/decision-sink';
 import { otlpHeaders, redactRedisUrl, type Settings } from '../settings';
 import type { Decision, DecideOptions, LimitCheck, Store } from '../store/store';
 import { answeredWithin } from '../store/timeout';
@@ -16,9 +16,7 @@ import { answeredWithin } from '../store/timeout';
 
 // What a transport and the service see of one call's span; all of it is skipped when tracing is
 // off or the call is not sampled (startCall returned undefined).
-export interface CallTrace extends StoreTracer {
-  // The request's domain and descriptor count, once it is known to be a valid request.
-  describe(domain: string, descriptors: number): void;
+export interface CallTrace extends CallSpan {
   // code: OK, OVER_LIMIT, or the error label (INVALID_ARGUMENT, UNAVAILABLE, INTERNAL); status: the
   // transport's (gRPC status name, HTTP status code); message: why it failed.
   end(code: string, status: string | number, message?: string): void;
