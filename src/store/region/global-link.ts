@@ -9,8 +9,6 @@ export interface GlobalLinkOptions {
   // A call unanswered this long failed.
   timeoutMs: number;
   events: RegionEvents;
-  // Called once the global Redis answers again after a partition (reconciliation).
-  onRecover: () => Promise<void>;
 }
 
 // Failures in a row that make a partition: one lost call is no partition.
@@ -41,11 +39,18 @@ export class GlobalLink {
   private probeDelayMs = PROBE_FIRST_MS;
   private closed = false;
   private recovering: Promise<void> | undefined;
+  // Called once the global Redis answers again after a partition (reconciliation): the regional
+  // store's, handed over once that store (built on this link) exists.
+  private reconcile: () => Promise<void> = () => Promise.resolve();
 
   constructor(
     private readonly ops: GlobalOps,
     private readonly o: GlobalLinkOptions,
   ) {}
+
+  onRecover(reconcile: () => Promise<void>): void {
+    this.reconcile = reconcile;
+  }
 
   get reachable(): boolean {
     return !this.partitioned;
@@ -151,7 +156,7 @@ export class GlobalLink {
   // be in the global budget before the region takes more of it.
   private async recover(): Promise<void> {
     try {
-      await this.o.onRecover();
+      await this.reconcile();
       this.partitioned = false;
       this.failures = 0;
       this.o.events.globalReachable(true, 'the global Redis answered');
