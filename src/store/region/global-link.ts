@@ -1,6 +1,8 @@
 import type { Clock } from '../../clock';
 import type { LimitSpec } from '../../algorithms';
-import type { AbsorbEntry, LeaseGrant, RegionDemand, SharedOps } from '../shared';
+import type { LeaseGrant } from '../shared';
+import type { RedisStore } from '../redis';
+import type { DebtEntry, RegionDemand } from './types';
 import { answeredWithin } from '../timeout';
 import type { RegionEvents } from './events';
 
@@ -19,7 +21,7 @@ const CONNECT_POLL_MS = 10;
 // The global clock's estimate is kept from the shortest round trip seen for this long, ms.
 const OFFSET_KEEP_MS = 10_000;
 
-type GlobalOps = Pick<SharedOps, 'lease' | 'giveBack' | 'absorb' | 'probe'> & { connected(): boolean; close(): Promise<void> };
+type GlobalOps = Pick<RedisStore, 'lease' | 'giveBack' | 'absorb' | 'probe' | 'connected' | 'close'>;
 
 // The region's link to the global Redis: every call bounded by GLOBAL_TIMEOUT, the round trip
 // measured (how far ahead a window's next window is leased, how long a request may wait), the
@@ -78,7 +80,7 @@ export class GlobalLink {
     return this.call('give_back', () => this.ops.giveBack(spec, units, takenAtMs));
   }
 
-  absorb(entries: readonly AbsorbEntry[]): Promise<void> {
+  absorb(entries: readonly DebtEntry[]): Promise<void> {
     return this.call('absorb', () => this.ops.absorb(entries));
   }
 
