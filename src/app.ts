@@ -28,6 +28,7 @@ import { regionEvents } from './telemetry/region-events';
 import type { StoreEvents } from './store/events';
 import type { OverLimitCacheStats } from './store/over-limit-cache';
 import type { RegionOptions } from './store/region';
+import { createRegionalStack } from './store/region/stack';
 import { MemoryStore } from './store/memory';
 import { storeEvents } from './telemetry/store-events';
 import { warmUpGrpc } from './server/warm-up';
@@ -67,7 +68,7 @@ function createStore(settings: Settings, metrics: Metrics, logger: Logger, clock
     const perSecond = settings.redisPerSecond ? createPerSecondRedis(settings, events, logger) : undefined;
     const redis = new RedisStore({ ...createRedisClients(settings, logger), events, keyPrefix: settings.cacheKeyPrefix, windowHashes: settings.windowCounters === 'hash' });
     const options = { ...redisStackOptions(settings), onOverLimitCache: (stats: OverLimitCacheStats) => metrics.addLocalCache(stats) };
-    if (settings.globalRedisUrl !== '') options.region = regionOptions(settings, metrics, logger, events);
+    if (settings.globalRedisUrl !== '') return createRegionalStack(redis, events, options, regionOptions(settings, metrics, logger, events));
     if (perSecond !== undefined) return createPerSecondSplit({ main: redis, perSecond, events, options, perSecondStalledMs: settings.redisPerSecondTimeoutMs });
     return createRedisStack(redis, events, options);
   }

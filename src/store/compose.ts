@@ -6,15 +6,14 @@ import type { StoreEvents } from './events';
 import { MemoryStore } from './memory';
 import { PerSecondSplit, perSecondEvents } from './persecond';
 import type { RedisStore } from './redis';
-import { createRegion, type RegionOptions } from './region';
-import { DemandStage } from './region/demand';
 import { BreakerStage } from './stages/breaker';
-import { callerBudget, DeadlineStage } from './stages/deadline';
+import { type CallerBudget, callerBudget, DeadlineStage } from './stages/deadline';
 import { DataEpoch } from './stages/epoch';
 import { type FallbackPolicy, FallbackStage } from './stages/fallback';
 import { Journal } from './stages/journal';
 import { LagMonitor } from './stages/lag';
 import { LastKnown } from './stages/last-known';
+import { AutoLeases, type AutoLeaseOptions, type LeasePolicy } from './stages/lease-policy';
 import { LeaseStage } from './stages/leases';
 import { OwnHits } from './stages/own-hits';
 import { LateCalls, Recovery } from './stages/recovery';
@@ -23,6 +22,7 @@ import { OverLimitCacheStage } from './stages/over-limit';
 import { ReplicaRegistry } from './stages/replicas';
 import { Stage } from './stages/stage';
 import { StoreClock } from './stages/store-clock';
+import type { RefundEntry, SharedOps } from './shared';
 import type { Store } from './store';
 
 export interface RedisStackOptions {
@@ -50,8 +50,6 @@ export interface RedisStackOptions {
   // While the breaker is closed, journal entries left by single timeouts are written back this
   // often, ms.
   journalFlushMs: number;
-  // Multi-region (GLOBAL_REDIS_URL): the regional Redis decides against leased allowances.
-  region?: RegionOptions;
 }
 
 export function redisStackOptions(s: Settings): RedisStackOptions {
@@ -79,24 +77,53 @@ export function redisStackOptions(s: Settings): RedisStackOptions {
   };
 }
 
+// What the stages sit on: the Redis store, or a layer over it that is a shared store too (the
+// multi-region layer, store/region/).
+export interface SharedStore extends Store, SharedOps {
+  readonly refunds: { add(entries: readonly RefundEntry[]): void; drain(): Promise<void> };
+  connected(): boolean;
+}
+
+// What the stack knows that a layer between Redis and the stages needs (store/region/).
+export interface StackContext {
+  clock: Clock;
+  // Live replicas of this Redis (the replica registry's count; 1 before it has one).
+  replicas: () => number;
+  // The caller's budget for one decision, ms (the deadline stage's).
+  budgetMs: CallerBudget;
+}
+
+// The bottom of a stack and the lease policy that goes with it. A wrapper (store/region/) builds
+// its own on the Redis store; the plain stack is onRedis below.
+export interface StackBase {
+  store: SharedStore;
+  leasePolicy(defaults: AutoLeaseOptions): LeasePolicy;
+}
+
+const onRedis = (redis: RedisStore): StackBase => ({ store: redis, leasePolicy: (defaults) => new AutoLeases(defaults) });
+
 // The production Redis stack, composed in this one place, built bottom-up:
 //
-//   Redis (or the multi-region layer on it) ← deadline ← breaker ← fallback (+ journal)
-//     ← leases ← over-limit cache (← regional demand)
+//   Redis (or a base over it) ← deadline ← breaker ← fallback (+ journal) ← leases ← over-limit cache
 //
 // Only what the breaker lets through reaches Redis, within the caller's budget; whatever Redis
 // cannot decide the fallback does, journaling what it admits; the breaker closes again only after
 // recovery (stages/recovery.ts): a real decision round-tripped and the journal (and pending
-// refunds) reached Redis.
-export function createRedisStack(regional: RedisStore, events: StoreEvents, o: RedisStackOptions): Store {
+// refunds) reached Redis. Multi-region (store/region/stack.ts) passes its own base and wraps the
+// result.
+export function createRedisStack(redis: RedisStore, events: StoreEvents, o: RedisStackOptions): Store {
+  return buildRedisStack(redis, events, o, onRedis).store;
+}
+
+export function buildRedisStack<B extends StackBase>(redisStore: RedisStore, events: StoreEvents, o: RedisStackOptions, base: (redis: RedisStore, ctx: StackContext) => B): { store: Store; base: B } {
   const { clock } = o;
   // The caller's time, read by everything below that waits for Redis.
   const budgetMs = callerBudget({ storeDeadlineMs: o.storeDeadlineMs, marginMs: o.deadlineMarginMs });
   const lag = new LagMonitor();
   const storeClock = new StoreClock(clock);
   const epoch = new DataEpoch();
-  // The registry heartbeats the regional Redis (the multi-region layer passes them through).
-  const replicas = new ReplicaRegistry(regional, {
+  // The registry heartbeats the Redis itself (a base over it passes them through anyway).
+  const replicas = new ReplicaRegistry(redisStore, {
     epoch,
     id: o.replicaId,
     ttlMs: o.replicaTtlMs,
@@ -104,11 +131,11 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
     clock,
     observe: (nowMs, sent, received) => storeClock.observe(nowMs, sent, received),
   });
-  // Multi-region: the regional Redis decides against the region's allowances.
-  const region = o.region === undefined ? undefined : createRegion(regional, o.region, { clock, replicas: () => replicas.count ?? 1, budgetMs });
-  const redis = region ?? regional;
+  // The store every stage below talks to: the Redis store, or the base a wrapper put over it.
+  const bottom = base(redisStore, { clock, replicas: () => replicas.count ?? 1, budgetMs });
+  const redis = bottom.store;
 
-  // What the fallback needs beside Redis.
+  // What the fallback needs beside Redis; recovery puts it all back once Redis answers again.
   const local = new MemoryStore({ clock: storeClock, maxKeys: o.memoryMaxKeys });
   const own = new OwnHits();
   // What the journal wrote back is this process' own, as what Redis decided for it.
@@ -117,10 +144,12 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
   const late = new LateCalls();
   const recovery = new Recovery({ redis, clock, stalledMs: o.stalledMs, replicaId: o.replicaId, replicaTtlMs: o.replicaTtlMs, epoch, storeClock, own, lastKnown, journal, local, late, replicas, events });
 
+  // The deadline sits right on Redis: a late answer is the breaker's failure, and the fallback's.
   const deadline = new DeadlineStage(redis, { budgetMs, lag });
   const breaker = new BreakerStage(deadline, { clock, breaker: o.breaker, stalledMs: o.stalledMs, recover: () => recovery.run(), connected: () => redis.connected(), events });
   recovery.reportTo(breaker.breaker);
   const closed = () => breaker.closedNow;
+  // Above the breaker: whatever the breaker refuses or Redis fails, the fallback decides.
   const fallback = new FallbackStage(breaker, {
     policy: o.policy,
     domainPolicies: o.domainPolicies,
@@ -135,54 +164,48 @@ export function createRedisStack(regional: RedisStore, events: StoreEvents, o: R
     late,
     events,
   });
-  // A replica's lease of the allowance answers without the regional Redis; a request it cannot
-  // serve goes the ordinary way at once (one regional round trip, as without leases).
-  const replicaLeases = region?.replicaLeases === true;
+  // Above the fallback: a request its lease cannot serve goes the ordinary way, fallback included;
+  // takes and give-backs go to Redis directly, only while the breaker is closed.
   const leases =
     o.leases === undefined
       ? undefined
       : new LeaseStage(fallback, redis, {
-          ...o.leases,
           clock,
-          usable: () => closed(),
-          waitMs: (options) => (replicaLeases ? 0 : budgetMs(options)),
-          sizeFor: replicaLeases ? (c) => region!.replicaLeaseSize(c) : undefined,
-          denyLocally: region === undefined ? undefined : () => region.globalReachable(),
-          exhaustedMaxMs: replicaLeases ? o.region!.leaseTtlMs : undefined,
-          exhaustedMinMs: replicaLeases ? () => region!.globalRoundTripMs() : undefined,
-          retakeIfAsked: replicaLeases ? (c) => region!.asked(c) : undefined,
+          policy: bottom.leasePolicy({ clock, autoThreshold: o.leases.autoThreshold, autoShare: o.leases.autoShare, ttlMs: o.leases.ttlMs, budgetMs }),
+          ttlMs: o.leases.ttlMs,
+          lowWater: o.leases.lowWater,
+          usable: closed,
           onGrant: (check, grant) => {
             lastKnown.recordOne(check, grant.remaining, grant.takenAtMs);
             own.add(check, grant.granted, grant.takenAtMs);
           },
           events,
         });
+  // On top: a remembered denial costs nothing below; a leased key's lasts no longer than units held
+  // elsewhere stay away.
   const overLimit = new OverLimitCacheStage(leases ?? fallback, {
     clock,
     size: o.overLimitCacheSize,
     whenCounting: o.overLimitCacheWhenCounting,
     isLeased: (c) => leases?.isLeased(c) ?? false,
-    leaseTtlMs: replicaLeases ? o.region!.leaseTtlMs : (o.leases?.ttlMs ?? Infinity),
+    leaseTtlMs: leases?.unitsBackWithinMs ?? Infinity,
     events,
     onCache: o.onOverLimitCache,
   });
-  const top = region === undefined ? overLimit : new DemandStage(overLimit, region);
 
   // Single timeouts leave journal entries while the breaker stays closed: write them back too.
   const flusher = setInterval(() => {
     if (closed() && journal.size > 0) journal.flush().catch(() => undefined);
   }, o.journalFlushMs);
   flusher.unref();
-  // A region cut off from the global Redis answers (from its allowances, then by its policy) with
-  // its own Redis healthy: that is said beside what the stages say about the regional Redis.
-  const regionDegraded = region === undefined ? undefined : () => region.degraded();
-  return new Lifecycle(top, regionDegraded, async () => {
+  const store = new Lifecycle(overLimit, async () => {
     clearInterval(flusher);
     lag.close();
     if (closed()) await journal.flush().catch(() => undefined);
     await replicas.close();
     await local.close();
   });
+  return { store, base: bottom };
 }
 
 // REDIS_PERSECOND: one whole stack per Redis, and the split that sends each limit to its own
@@ -200,14 +223,9 @@ export function createPerSecondSplit(o: { main: RedisStore; perSecond: RedisStor
 class Lifecycle extends Stage {
   constructor(
     inner: Store,
-    private readonly alsoDegraded: (() => string | undefined) | undefined,
     private readonly before: () => Promise<void>,
   ) {
     super(inner);
-  }
-
-  override degraded(): string | undefined {
-    return this.inner.degraded?.() ?? this.alsoDegraded?.();
   }
 
   override async close(): Promise<void> {

@@ -12,10 +12,9 @@ export interface LeaseGrant {
   resetMs: number;
   // When nothing was granted: until one unit could be (Infinity: never).
   retryAfterMs: number;
-  // A regional allowance's units are usable this long at most (they expire with it), ms.
+  // The units are usable this long at most (they expire with what they were taken from: a
+  // region's allowance, store/region/), ms.
   usableMs?: number;
-  // ... and its last refill brought all it asked for: the global budget is not short.
-  ample?: boolean;
 }
 
 // Hits a replica's local fallback admitted, to be added to the shared counter exactly once.
@@ -28,9 +27,6 @@ export interface AbsorbEntry extends LimitSpec {
   // Buckets: how long ago (ms, measured locally) the last of the hits was admitted; only what has
   // not refilled since is taken from the bucket. Windows: ignored.
   ageMs: number;
-  // Multi-region: hits a region admitted beyond its allowance. Buckets take all of them, even
-  // below empty (by one burst at most), so the overshoot is paid back (lua/algorithms.lua).
-  debt?: boolean;
 }
 
 // Hits consumed by a decision that was then denied (another slot group said no, or the caller was
@@ -61,40 +57,9 @@ export interface RestoreEntry extends LimitSpec {
   atMs: number;
 }
 
-// A region's demand for a counter, sent with its leases from the global budget (multi-region).
-export interface RegionDemand {
-  // The hash of the regions' demand for the counter (same hash slot as the counter).
-  key: string;
-  region: string;
-  // Units per second the region spends of this counter.
-  rate: number;
-  // A region not heard of for this long no longer counts.
-  staleMs: number;
-  // A fixed window's start (global Redis ms): units of that window only; the window after the
-  // current one is leased ahead of its start (lua/lease.lua ARGV[10]).
-  windowStartMs?: number;
-}
-
-// Units leased from the global budget, to put into a regional allowance (lua/credit.lua).
-export interface AllowanceCredit {
-  key: string;
-  lockKey: string;
-  units: number;
-  ttlMs: number;
-  globalRemaining: number;
-  globalResetMs: number;
-  globalRetryMs: number;
-  takenAtMs: number;
-  // Window algorithms: the window length (units of another window are not kept).
-  windowMs?: number;
-  holdMs: number;
-  // Units of a window that has not begun (leased ahead): usable from this many ms on.
-  startsInMs?: number;
-}
-
 export interface SharedOps {
-  // Takes up to `units` of a limit's budget (with `demand`: at most the region's share).
-  lease(spec: LimitSpec & { key: string }, units: number, demand?: RegionDemand): Promise<LeaseGrant>;
+  // Takes up to `units` of a limit's budget.
+  lease(spec: LimitSpec & { key: string }, units: number): Promise<LeaseGrant>;
   // Gives back units a lease took at `takenAtMs` and did not use.
   giveBack(spec: LimitSpec & { key: string }, units: number, takenAtMs: number): Promise<void>;
   // Adds fallback hits to the shared counters; callers batch (see MAX_BATCH).

@@ -24,13 +24,6 @@ export interface LimitOutcome {
   retryAfterMs: number;
   // Budget in use before this request, in requests (for near-limit statistics; 0 when unknown).
   usedBefore: number;
-  // Multi-region, from the Redis store only: units the region's allowance for this limit holds
-  // after the decision; undefined when the region holds none (never leased, or expired).
-  held?: number;
-  // ... and its last refill brought all it asked for (the global budget is not short).
-  ample?: boolean;
-  // ... and ms until units of the next window, leased ahead, begin (none: undefined).
-  pendingMs?: number;
   // Answered from the over-limit cache, without asking the store (upstream's
   // over_limit_with_local_cache).
   fromLocalCache?: boolean;
@@ -38,10 +31,11 @@ export interface LimitOutcome {
 
 export type DegradedPolicy = 'local' | 'allow';
 
-export interface Decision {
+// `O`: a store may say more of each limit (the Redis store, of a region's allowance: region/types.ts).
+export interface Decision<O extends LimitOutcome = LimitOutcome> {
   // The request as a whole is admitted (see admits() in algorithms/policy.ts).
   admitted: boolean;
-  outcomes: LimitOutcome[];
+  outcomes: O[];
   // Set when the shared store could not decide and a fallback did ('local' limiter or 'allow').
   degraded?: { policy: DegradedPolicy; reason: string };
   // The shared store's clock (Redis TIME, ms) when it decided; absent for local decisions.

@@ -2,7 +2,8 @@ import { ALGORITHM_IMPLS, type AlgorithmImpl, type LimitSpec, specOf, type State
 import { windowStart } from '../../algorithms/types';
 import { poolAmple, poolImpl, poolPendingMs, poolUnits } from '../region/pool';
 import type { RefundEntry } from '../shared';
-import type { LimitCheck, LimitOutcome } from '../store';
+import type { LimitCheck } from '../store';
+import type { AllowanceOutcome } from '../region/types';
 import type { Arg } from './scripts';
 
 // The decide script's language (lua/decide.lua): the keys and arguments a batch of requests is
@@ -13,7 +14,7 @@ export interface GroupResult {
   checks: number[];
   admitted: boolean;
   now: number;
-  outcomes: LimitOutcome[];
+  outcomes: AllowanceOutcome[];
   // Only for a group of a request spanning slots (combine() may have to report them): each
   // limit's counter before the request.
   before?: Before[];
@@ -155,7 +156,7 @@ function decodeState(raw: unknown, spec?: LimitSpec, nowMs = 0): State | undefin
 // the counter's state before and the script's time: the same view and decide functions as the
 // memory store's, so both stores answer alike. With `before`, the counter before the request is
 // added to it.
-function outcomeFrom(c: LimitCheck, flags: number, raw: unknown, now: number, before?: Before[]): LimitOutcome {
+function outcomeFrom(c: LimitCheck, flags: number, raw: unknown, now: number, before?: Before[]): AllowanceOutcome {
   const impl = implFor(c);
   const state = decodeState(raw, c, now);
   const allowed = (flags & 1) === 1;
@@ -164,7 +165,7 @@ function outcomeFrom(c: LimitCheck, flags: number, raw: unknown, now: number, be
   const was = impl.view(state, c, now);
   const after = consumed ? impl.view(verdict.next, c, now) : was;
   before?.push({ remaining: was.remaining, resetMs: was.resetMs });
-  const outcome: LimitOutcome = {
+  const outcome: AllowanceOutcome = {
     allowed,
     consumed,
     remaining: after.remaining,

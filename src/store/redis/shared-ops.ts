@@ -2,7 +2,8 @@ import calculateSlot from 'cluster-key-slot';
 import type { Clock } from '../../clock';
 import type { LimitSpec } from '../../algorithms';
 import type { StoreEvents } from '../events';
-import { PartialWrite, type AbsorbEntry, type AllowanceCredit, type LeaseGrant, MAX_BATCH, type RegionDemand, type RefundEntry, type OwnEntry, type RestoreEntry, type SharedOps } from '../shared';
+import { PartialWrite, MAX_BATCH, type RefundEntry, type OwnEntry, type RestoreEntry, type SharedOps } from '../shared';
+import type { AllowanceCredit, AllowanceGrant, DebtEntry, RegionDemand } from '../region/types';
 import { luaAlgorithm, type WindowBase, windowBase } from './decide-codec';
 import { type Arg, type RedisClient, ScriptRunner } from './scripts';
 
@@ -57,7 +58,7 @@ export abstract class RedisSharedOps implements SharedOps {
   abstract probe(): Promise<{ nowMs: number }>;
 
   // Writes back hits a local fallback admitted (lua/absorb.lua), MAX_BATCH entries per call.
-  async absorb(entries: readonly AbsorbEntry[]): Promise<void> {
+  async absorb(entries: readonly DebtEntry[]): Promise<void> {
     await this.inBatches(entries, (batch) => {
       const args: Arg[] = batch.map((e) => e.key);
       args.push(this.time());
@@ -74,13 +75,13 @@ export abstract class RedisSharedOps implements SharedOps {
   // Takes up to `units` of a limit's budget (lua/lease.lua). `demand`: a region leasing from the
   // global budget, at most its share of what remains; `maxShare`: at most this share of what
   // remains (a replica leasing from its region's allowance), and at least `atLeast` or nothing.
-  async lease(spec: LimitSpec & { key: string }, units: number, demand?: RegionDemand, maxShare?: number, atLeast = 1): Promise<LeaseGrant> {
+  async lease(spec: LimitSpec & { key: string }, units: number, demand?: RegionDemand, maxShare?: number, atLeast = 1): Promise<AllowanceGrant> {
     const args: Arg[] = [spec.key, this.time(), luaAlgorithm(spec, this.windows), spec.limit, spec.periodMs, spec.burst, units];
     if (demand !== undefined) args.splice(1, 0, demand.key);
     if (demand !== undefined) args.push(demand.region, demand.rate, demand.staleMs, demand.windowStartMs ?? '');
     else if (maxShare !== undefined) args.push(maxShare, atLeast);
     const r = (await this.runner.run('lease', 'lease', demand === undefined ? 1 : 2, args)) as unknown[];
-    const grant: LeaseGrant = { granted: Number(r[0]), takenAtMs: Number(r[1]), remaining: num(r[2]), resetMs: num(r[3]), retryAfterMs: num(r[4]) };
+    const grant: AllowanceGrant = { granted: Number(r[0]), takenAtMs: Number(r[1]), remaining: num(r[2]), resetMs: num(r[3]), retryAfterMs: num(r[4]) };
     if (r[5] !== undefined) grant.usableMs = num(r[5]);
     if (r[6] !== undefined) grant.ample = Number(r[6]) === 1;
     return grant;

@@ -4,11 +4,15 @@ import { admits } from '../../algorithms/policy';
 import { RefundQueue, type RefundQueueOptions } from '../refund-queue';
 import { encodeCall } from '../resp';
 import { MAX_BATCH } from '../shared';
-import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from '../store';
+import type { DecideOptions, Decision, LimitCheck, Store } from '../store';
+import type { AllowanceOutcome } from '../region/types';
 import { settledWithin } from '../timeout';
 import { type Before, consumed, decideArgs, type DecideRequests, type GroupResult, latest, readDecideReply } from './decide-codec';
 import type { RedisClient } from './scripts';
 import { type RedisOpsOptions, RedisSharedOps } from './shared-ops';
+
+// What the scripts say of each limit: a region's allowance (`layout: 'pool'`) says what it holds.
+type RedisDecision = Decision<AllowanceOutcome>;
 
 // Requests per batched decide call at most (and MAX_BATCH keys): one script call stays short.
 const BATCH_REQUESTS = 64;
@@ -17,7 +21,7 @@ interface Pending {
   all: readonly LimitCheck[];
   idx: number[];
   caller: { readonly cancelled: boolean } | undefined;
-  resolve(d: Decision): void;
+  resolve(d: RedisDecision): void;
   reject(err: unknown): void;
 }
 // While a connection is up but no decision has round-tripped yet, probe this often.
@@ -92,7 +96,7 @@ export class RedisStore extends RedisSharedOps implements Store {
     );
   }
 
-  decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+  decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<RedisDecision> {
     if (!this.options.cluster) return this.batched(checks, options);
     if (options.caller === undefined) return this.decideSlots(checks, options);
     // A cluster's calls are not batched, but they too leave at the end of the turn, once a reset
@@ -112,7 +116,7 @@ export class RedisStore extends RedisSharedOps implements Store {
   }
 
   // On a cluster: one call per hash slot group of the request.
-  private async decideSlots(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+  private async decideSlots(checks: readonly LimitCheck[], options: DecideOptions): Promise<RedisDecision> {
     const groups = this.groups(checks);
     if (groups.length === 1) {
       const g = await this.decideGroup(checks, groups[0], options.countDeniedHits, 'request', 'decide');
@@ -130,9 +134,9 @@ export class RedisStore extends RedisSharedOps implements Store {
     return this.combine(checks, done, options);
   }
 
-  async peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+  async peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<RedisDecision> {
     const groups = await Promise.all(this.groups(checks).map((idx) => this.decideGroup(checks, idx, options.countDeniedHits, 'peek', 'peek')));
-    const outcomes: LimitOutcome[] = [];
+    const outcomes: AllowanceOutcome[] = [];
     for (const g of groups) g.checks.forEach((i, j) => (outcomes[i] = g.outcomes[j]));
     return { admitted: admits(checks.map((c) => c.mode), outcomes.map((o) => o.allowed)), outcomes, storeTimeMs: latest(groups) };
   }
@@ -143,7 +147,7 @@ export class RedisStore extends RedisSharedOps implements Store {
   // per batch, not once per request. Nothing waits for a batch to fill: it leaves at the end of
   // the turn's I/O callbacks (setImmediate). (process.nextTick would not batch: Node drains the
   // tick and microtask queues after each stream's callback.)
-  private batched(all: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+  private batched(all: readonly LimitCheck[], options: DecideOptions): Promise<RedisDecision> {
     const countDenied = options.countDeniedHits;
     const idx = this.groups(all)[0];
     return new Promise((resolve, reject) => {
@@ -283,8 +287,8 @@ export class RedisStore extends RedisSharedOps implements Store {
   // The request rule across slot groups. A denial never waits for (or fails because of) giving
   // back what other groups consumed: that goes to the refund queue, and the answer reports the
   // counters as they were before this request.
-  private combine(all: readonly LimitCheck[], groups: GroupResult[], options: DecideOptions): Decision {
-    const outcomes: LimitOutcome[] = [];
+  private combine(all: readonly LimitCheck[], groups: GroupResult[], options: DecideOptions): RedisDecision {
+    const outcomes: AllowanceOutcome[] = [];
     const before: Before[] = [];
     for (const g of groups) {
       g.checks.forEach((i, j) => {

@@ -1,7 +1,7 @@
 import type { Clock } from '../../clock';
 import { type LimitSpec, specOf } from '../../algorithms';
 import { isWindow, windowStart } from '../../algorithms/types';
-import type { AbsorbEntry } from '../shared';
+import type { DebtEntry } from './types';
 
 interface Owed {
   key: string;
@@ -44,13 +44,13 @@ export class PartitionDebt {
     this.owed.set(id, { key: check.key, spec: specOf(check), hits: check.hits, windowStartMs, lastAt: now });
   }
 
-  entries(): AbsorbEntry[] {
+  entries(): DebtEntry[] {
     const now = this.clock.now();
     return [...this.owed.values()].map((e) => ({ key: e.key, ...e.spec, hits: e.hits, windowStartMs: e.windowStartMs, ageMs: now - e.lastAt, debt: true }));
   }
 
   // Forgets what was written (entries() taken before).
-  clear(written: readonly AbsorbEntry[]): number {
+  clear(written: readonly DebtEntry[]): number {
     let hits = 0;
     for (const w of written) {
       const id = w.windowStartMs === undefined ? w.key : `${w.key}@${w.windowStartMs}`;

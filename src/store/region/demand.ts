@@ -17,4 +17,10 @@ export class DemandStage extends Stage {
     this.region.note(checks);
     return this.inner.decide(checks, options);
   }
+
+  // A region cut off from the global Redis answers (from its allowances, then by its policy) with
+  // its own Redis healthy: that is said beside what the stages say about the regional Redis.
+  override degraded(): string | undefined {
+    return this.inner.degraded?.() ?? this.region.degraded();
+  }
 }

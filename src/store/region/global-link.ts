@@ -1,6 +1,8 @@
 import type { Clock } from '../../clock';
 import type { LimitSpec } from '../../algorithms';
-import type { AbsorbEntry, LeaseGrant, RegionDemand, SharedOps } from '../shared';
+import type { LeaseGrant } from '../shared';
+import type { RedisStore } from '../redis';
+import type { DebtEntry, RegionDemand } from './types';
 import { answeredWithin } from '../timeout';
 import type { RegionEvents } from './events';
 
@@ -9,8 +11,6 @@ export interface GlobalLinkOptions {
   // A call unanswered this long failed.
   timeoutMs: number;
   events: RegionEvents;
-  // Called once the global Redis answers again after a partition (reconciliation).
-  onRecover: () => Promise<void>;
 }
 
 // Failures in a row that make a partition: one lost call is no partition.
@@ -21,7 +21,7 @@ const CONNECT_POLL_MS = 10;
 // The global clock's estimate is kept from the shortest round trip seen for this long, ms.
 const OFFSET_KEEP_MS = 10_000;
 
-type GlobalOps = Pick<SharedOps, 'lease' | 'giveBack' | 'absorb' | 'probe'> & { connected(): boolean; close(): Promise<void> };
+type GlobalOps = Pick<RedisStore, 'lease' | 'giveBack' | 'absorb' | 'probe' | 'connected' | 'close'>;
 
 // The region's link to the global Redis: every call bounded by GLOBAL_TIMEOUT, the round trip
 // measured (how far ahead a window's next window is leased, how long a request may wait), the
@@ -41,11 +41,18 @@ export class GlobalLink {
   private probeDelayMs = PROBE_FIRST_MS;
   private closed = false;
   private recovering: Promise<void> | undefined;
+  // Called once the global Redis answers again after a partition (reconciliation): the regional
+  // store's, handed over once that store (built on this link) exists.
+  private reconcile: () => Promise<void> = () => Promise.resolve();
 
   constructor(
     private readonly ops: GlobalOps,
     private readonly o: GlobalLinkOptions,
   ) {}
+
+  onRecover(reconcile: () => Promise<void>): void {
+    this.reconcile = reconcile;
+  }
 
   get reachable(): boolean {
     return !this.partitioned;
@@ -73,7 +80,7 @@ export class GlobalLink {
     return this.call('give_back', () => this.ops.giveBack(spec, units, takenAtMs));
   }
 
-  absorb(entries: readonly AbsorbEntry[]): Promise<void> {
+  absorb(entries: readonly DebtEntry[]): Promise<void> {
     return this.call('absorb', () => this.ops.absorb(entries));
   }
 
@@ -151,7 +158,7 @@ export class GlobalLink {
   // be in the global budget before the region takes more of it.
   private async recover(): Promise<void> {
     try {
-      await this.o.onRecover();
+      await this.reconcile();
       this.partitioned = false;
       this.failures = 0;
       this.o.events.globalReachable(true, 'the global Redis answered');

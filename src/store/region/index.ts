@@ -1,7 +1,6 @@
-import type { Clock } from '../../clock';
 import type { PartitionPolicy } from '../../settings';
 import type { RedisStore } from '../redis';
-import type { DecideOptions } from '../store';
+import type { StackContext } from '../compose';
 import type { RegionEvents } from './events';
 import { GlobalLink } from './global-link';
 import { regionKeys } from './keys';
@@ -30,18 +29,12 @@ export interface RegionState {
   leaseSize(): number;
 }
 
-export interface RegionContext {
-  clock: Clock;
-  replicas: () => number;
-  budgetMs: (options: DecideOptions) => number;
-}
-
 // The multi-region layer over the region's own Redis: its allowances, their refills from the
-// global Redis, and what happens when that is out of reach (docs/multi-region.md).
-export function createRegion(regional: RedisStore, o: RegionOptions, ctx: RegionContext): RegionalStore {
+// global Redis, and what happens when that is out of reach (docs/multi-region.md). `ctx`: what the
+// stack above it knows (store/compose.ts); stack.ts puts it under the stack.
+export function createRegion(regional: RedisStore, o: RegionOptions, ctx: StackContext): RegionalStore {
   const keys = regionKeys(o.region);
-  let store: RegionalStore | undefined;
-  const link = new GlobalLink(o.global, { clock: ctx.clock, timeoutMs: o.timeoutMs, events: o.events, onRecover: () => store?.reconcile() ?? Promise.resolve() });
+  const link = new GlobalLink(o.global, { clock: ctx.clock, timeoutMs: o.timeoutMs, events: o.events });
   const refiller = new Refiller(regional, link, keys, {
     region: o.region,
     clock: ctx.clock,
@@ -51,7 +44,7 @@ export function createRegion(regional: RedisStore, o: RegionOptions, ctx: Region
     replicas: ctx.replicas,
     events: o.events,
   });
-  store = new RegionalStore(regional, link, refiller, keys, {
+  const store = new RegionalStore(regional, link, refiller, keys, {
     region: o.region,
     clock: ctx.clock,
     policy: o.policy,
@@ -60,8 +53,9 @@ export function createRegion(regional: RedisStore, o: RegionOptions, ctx: Region
     replicaHorizonMs: o.replicaHorizonMs,
     events: o.events,
   });
-  const s = store;
-  o.report?.({ reachable: () => link.reachable, held: () => s.heldUnits(), leaseSize: () => refiller.meanSize() });
+  // Once the global Redis answers again, the region's own admissions go into its budget first.
+  link.onRecover(() => store.reconcile());
+  o.report?.({ reachable: () => link.reachable, held: () => store.heldUnits(), leaseSize: () => refiller.meanSize() });
   return store;
 }
 

@@ -10,7 +10,7 @@ import type { RegionKeys } from './keys';
 // The regional Redis operations a refill needs (RedisStore has them).
 export interface RegionalOps {
   claim(key: string, ms: number): Promise<boolean>;
-  credit(c: import('../shared').AllowanceCredit): Promise<number>;
+  credit(c: import('./types').AllowanceCredit): Promise<number>;
   reclaim(key: string, marginMs: number): Promise<{ units: number; takenAtMs: number }>;
 }
 

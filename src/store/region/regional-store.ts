@@ -4,13 +4,14 @@ import { admits } from '../../algorithms/policy';
 import type { PartitionPolicy } from '../../settings';
 import type { RedisStore } from '../redis';
 import { type AbsorbEntry, type LeaseGrant, PartialWrite, type RefundEntry, type OwnEntry, type RestoreEntry, type SharedOps } from '../shared';
-import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from '../store';
+import type { DecideOptions, Decision, LimitCheck, Store } from '../store';
 import { settledWithin } from '../timeout';
 import { PartitionDebt } from './debt';
 import type { RegionEvents } from './events';
 import type { GlobalLink } from './global-link';
 import type { RegionKeys } from './keys';
 import { LOW_WATER, type Refiller, unitsOver } from './refiller';
+import type { AllowanceOutcome } from './types';
 
 export interface RegionalStoreOptions {
   region: string;
@@ -271,7 +272,7 @@ export class RegionalStore implements Store, SharedOps {
     return policy.kind === 'deny' ? 'pool' : policy.kind === 'allow' ? 'allow' : 'partition';
   }
 
-  private async decideRouted(checks: readonly LimitCheck[], routes: readonly Route[], options: DecideOptions, peek = false): Promise<Decision> {
+  private async decideRouted(checks: readonly LimitCheck[], routes: readonly Route[], options: DecideOptions, peek = false): Promise<Decision<AllowanceOutcome>> {
     const inner: LimitCheck[] = [];
     const at: number[] = [];
     routes.forEach((r, i) => {
@@ -281,7 +282,7 @@ export class RegionalStore implements Store, SharedOps {
     });
     const d = inner.length === 0 ? undefined : peek ? await this.regional.peek(inner, options) : await this.regional.decide(inner, options);
     if (d !== undefined && inner.length === checks.length && routes.every((r) => r === 'pool')) return d;
-    const outcomes: LimitOutcome[] = checks.map(() => ({ allowed: true, consumed: false, remaining: undefined, resetMs: undefined, retryAfterMs: 0, usedBefore: 0 }));
+    const outcomes: AllowanceOutcome[] = checks.map(() => ({ allowed: true, consumed: false, remaining: undefined, resetMs: undefined, retryAfterMs: 0, usedBefore: 0 }));
     at.forEach((i, j) => (outcomes[i] = d!.outcomes[j]));
     const admitted = admits(checks.map((c) => c.mode), outcomes.map((o) => o.allowed));
     const allow = routes.includes('allow');
@@ -295,7 +296,7 @@ export class RegionalStore implements Store, SharedOps {
   }
 
   // Starts a refill of every allowance that fell below its low-water mark (in the background).
-  private topUp(checks: readonly LimitCheck[], routes: readonly Route[], outcomes: readonly LimitOutcome[]): void {
+  private topUp(checks: readonly LimitCheck[], routes: readonly Route[], outcomes: readonly AllowanceOutcome[]): void {
     if (!this.link.reachable) return;
     checks.forEach((c, i) => {
       const held = outcomes[i].held;
@@ -324,7 +325,7 @@ export class RegionalStore implements Store, SharedOps {
   private async repair(
     checks: readonly LimitCheck[],
     routes: readonly Route[],
-    outcomes: readonly LimitOutcome[],
+    outcomes: readonly AllowanceOutcome[],
     options: DecideOptions,
     { until, storeTimeMs }: { until: number; storeTimeMs: number | undefined },
   ): Promise<boolean> {

@@ -3,43 +3,22 @@ import { isWindow, windowStart } from '../../algorithms/types';
 import type { StoreEvents } from '../events';
 import type { LeaseGrant, SharedOps } from '../shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from '../store';
+import type { LeasePolicy } from './lease-policy';
 import { knownDenial, type LocalDenial } from './over-limit';
 import { Stage } from './stage';
 
 export interface LeaseOptions {
   clock: Clock;
-  // Requests per second for one key at this replica that make it hot (auto leases); 0 = off.
-  autoThreshold: number;
-  // Units per lease for hot keys without a rule `lease`: this share of the limit, at least 1.
-  autoShare: number;
+  // Which keys are leased, how big a lease is, how an empty take is answered (lease-policy.ts).
+  policy: LeasePolicy;
   // How long a lease is kept before unused units go back (a window lease ends with its window).
   ttlMs: number;
-  // A key whose take came back empty is denied here at most this long (units other replicas hold
-  // come back within a lease TTL, the default). Multi-region: the region's allowance says when
-  // its next units can land, and replicas' leftovers are a lease's crumbs.
-  exhaustedMaxMs?: number;
-  // ... and at least this long (multi-region: an empty allowance gets units a global round trip
-  // after its refill starts, at the soonest).
-  exhaustedMinMs?: () => number;
-  // When a take came back empty: take again, in the background, once units may be back, if this
-  // says the key is still asked for (multi-region: the next request then finds a lease instead
-  // of going the ordinary way). Not given: the next request's take.
-  retakeIfAsked?: (check: LimitCheck) => boolean;
   // Refill in the background when a lease falls below this share of its size.
   lowWater: number;
   // May a call go to Redis now (the breaker is closed)?
   usable: () => boolean;
-  // Longest a request waits for a take, ms (the caller's budget). 0: a request its lease cannot
-  // serve goes the ordinary way at once, and the take follows it in the background.
-  waitMs: (options: DecideOptions) => number;
-  // Units per lease for checks without a rule `lease`, in place of automatic leases for hot keys
-  // (multi-region: the replica's own demand over a short horizon); 0 = not leased.
-  sizeFor?: (check: LimitCheck) => number;
-  // May a key whose take came back empty be denied here now? (Multi-region: not while cut off
-  // from the global Redis, where the partition policy answers.) Always, when not given.
-  denyLocally?: () => boolean;
   // Every take's answer: what Redis said remains, at Redis time.
-  onGrant?: (check: LimitCheck, grant: LeaseGrant) => void;
+  onGrant: (check: LimitCheck, grant: LeaseGrant) => void;
   events: StoreEvents;
 }
 
@@ -65,7 +44,7 @@ interface Exhausted {
   until: number;
   retryAfterMs: number;
   resetMs: number;
-  // With retakeIfAsked: what to take again once `until` has passed.
+  // What to take again once `until` has passed, if the policy retakes.
   check: LimitCheck;
   size: number;
   // Set when that take has started: until this local time, while it is under way, the key stays
@@ -79,7 +58,6 @@ interface Reservation {
   hits: number;
 }
 
-const HOT_FOR_MS = 10_000;
 const SWEEP_MS = 100;
 // A key stays denied here at most this long past its denial period while its retake is under
 // way (a regional round trip, normally), ms.
@@ -96,7 +74,6 @@ const MAX_TRACKED = 10_000;
 // clock, no later than that window's end measured from when the take was sent.
 export class LeaseStage extends Stage {
   private readonly leases = new Map<string, Lease>();
-  private readonly rates = new Map<string, { second: number; count: number; hotUntil: number }>();
   // One take in flight per key: a burst waits for it instead of each taking a batch.
   private readonly taking = new Map<string, Promise<void>>();
   // Keys whose last take came back empty: denied here until units may be back (a lease TTL at
@@ -116,12 +93,14 @@ export class LeaseStage extends Stage {
     this.sweeper.unref();
   }
 
-  // Whether `check` is served from leases (a rule lease, or hot right now): a cached denial of it
-  // must not outlive a lease TTL, since units held elsewhere come back within it.
+  // Whether `check` is served from leases (a rule lease, or the policy's): a cached denial of it
+  // must not outlive unitsBackWithinMs, since units held elsewhere come back within it.
   isLeased(check: LimitCheck): boolean {
-    if (check.lease !== undefined || this.o.sizeFor !== undefined) return true;
-    const r = this.rates.get(check.key);
-    return r !== undefined && r.hotUntil > this.o.clock.now();
+    return check.lease !== undefined || this.o.policy.leased(check);
+  }
+
+  get unitsBackWithinMs(): number {
+    return this.o.policy.unitsBackWithinMs;
   }
 
   // Not an async function: a request no lease serves goes on with no promise of this stage's own.
@@ -140,7 +119,7 @@ export class LeaseStage extends Stage {
   }
 
   private async decideLeased(checks: readonly LimitCheck[], options: DecideOptions, sizes: number[]): Promise<Decision> {
-    const waitMs = Math.max(0, this.o.waitMs(options));
+    const waitMs = Math.max(0, this.o.policy.waitMs(options));
     const reserved = await Promise.all(checks.map((c, i) => this.reserve(c, sizes[i], waitMs)));
     const denied = this.exhaustedDenial(checks);
     if (denied !== undefined) {
@@ -236,7 +215,7 @@ export class LeaseStage extends Stage {
   // denies it all the same and says what the others have left: 0 for them would be a wrong
   // answer).
   private exhaustedDenial(checks: readonly LimitCheck[]): Decision | undefined {
-    if (this.o.denyLocally?.() === false) return undefined;
+    if (!this.o.policy.mayDenyLocally()) return undefined;
     const now = this.o.clock.now();
     const denials: LocalDenial[] = [];
     for (const c of checks) {
@@ -255,7 +234,7 @@ export class LeaseStage extends Stage {
     if (e.until > now || (e.retakeUntil !== undefined && now < e.retakeUntil && this.taking.has(key))) return true;
     // Asked for as its denial period ends: the request that finds it so starts the retake (unless
     // the timer did) and is answered here, rather than going the ordinary way as well.
-    if (e.retakeUntil === undefined && this.o.retakeIfAsked !== undefined && this.retake(e)) return true;
+    if (e.retakeUntil === undefined && this.o.policy.retake(e.check, true) && this.retake(e)) return true;
     this.exhausted.delete(key);
     return false;
   }
@@ -294,26 +273,7 @@ export class LeaseStage extends Stage {
   private leaseSize(check: LimitCheck): number {
     if (check.mode !== 'enforce' || check.hits <= 0) return 0;
     if (check.lease !== undefined) return check.lease;
-    if (this.o.sizeFor !== undefined) return this.o.sizeFor(check);
-    if (this.o.autoThreshold <= 0 || !this.isHot(check.key)) return 0;
-    return Math.max(1, Math.floor(check.limit * this.o.autoShare));
-  }
-
-  private isHot(key: string): boolean {
-    const now = this.o.clock.now();
-    const second = Math.floor(now / 1000);
-    let r = this.rates.get(key);
-    if (r === undefined) {
-      if (this.rates.size >= MAX_TRACKED) this.rates.clear();
-      r = { second, count: 0, hotUntil: 0 };
-      this.rates.set(key, r);
-    }
-    if (r.second !== second) {
-      r.second = second;
-      r.count = 0;
-    }
-    if (++r.count >= this.o.autoThreshold) r.hotUntil = now + HOT_FOR_MS;
-    return r.hotUntil > now;
+    return this.o.policy.size(check);
   }
 
   private refill(check: LimitCheck, size: number, lease: Lease | undefined): Promise<void> {
@@ -335,18 +295,17 @@ export class LeaseStage extends Stage {
   }
 
   private granted(check: LimitCheck, size: number, grant: LeaseGrant, sentAt: number): void {
-    this.o.onGrant?.(check, grant);
+    this.o.onGrant(check, grant);
     const now = this.o.clock.now();
     if (grant.granted === 0) {
       // Nothing to wait for (a regional allowance not leased yet, or refilled soon): the next
       // request asks. A lease that still holds units serves on: its key is not exhausted here.
       if (grant.retryAfterMs <= 0 || (this.live(check.key)?.available ?? 0) > 0) return;
       if (this.exhausted.size >= MAX_TRACKED) this.exhausted.clear();
-      const retryAfterMs = Math.max(grant.retryAfterMs, this.o.exhaustedMinMs?.() ?? 0);
-      const until = now + Math.min(retryAfterMs, this.o.exhaustedMaxMs ?? this.o.ttlMs);
-      const entry: Exhausted = { until, retryAfterMs, resetMs: grant.resetMs, check, size };
+      const { forMs, retryAfterMs } = this.o.policy.exhaustedFor(grant);
+      const entry: Exhausted = { until: now + forMs, retryAfterMs, resetMs: grant.resetMs, check, size };
       this.exhausted.set(check.key, entry);
-      if (this.o.retakeIfAsked !== undefined) this.retakeAt(entry);
+      this.retakeAt(entry);
       return;
     }
     this.exhausted.delete(check.key);
@@ -387,12 +346,12 @@ export class LeaseStage extends Stage {
   }
 
   // When the key's denial period ends (units may be back after an empty take), takes again if
-  // it is still asked for and nothing else took, cleared or retook it meanwhile.
+  // the policy says so and nothing else took, cleared or retook it meanwhile.
   private retakeAt(entry: Exhausted): void {
     const key = entry.check.key;
     const timer = setTimeout(() => {
       this.retakes.delete(timer);
-      if (this.exhausted.get(key) !== entry || entry.retakeUntil !== undefined || !this.o.retakeIfAsked!(entry.check)) return;
+      if (this.exhausted.get(key) !== entry || entry.retakeUntil !== undefined || !this.o.policy.retake(entry.check, false)) return;
       if (!this.retake(entry)) this.exhausted.delete(key);
     }, Math.max(0, entry.until - this.o.clock.now()));
     timer.unref();
