@@ -30,3 +30,23 @@ export function createLogger(level: LogLevel, destination?: pino.DestinationStre
   }
   return destination === undefined ? pino(pinoOptions) : pino(pinoOptions, destination);
 }
+
+// A warning that can repeat in a burst (every call failing in an outage, an attacker reconnecting
+// in a loop) is logged at most once every `everyMs`; counters still count every occurrence. Call
+// the returned function for every occurrence: it answers how many went unlogged since the last
+// line when this one is to be logged, and undefined when it is not.
+export function logEvery(everyMs: number): () => number | undefined {
+  let last = -Infinity;
+  let unlogged = 0;
+  return () => {
+    const now = Date.now();
+    if (now - last < everyMs) {
+      unlogged++;
+      return undefined;
+    }
+    last = now;
+    const skipped = unlogged;
+    unlogged = 0;
+    return skipped;
+  };
+}

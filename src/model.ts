@@ -15,6 +15,9 @@ export const UNIT_SECONDS: Readonly<Record<Unit, number>> = {
   year: 31_536_000,
 };
 
+// The largest uint32: Envoy's fields for limits and remaining counts are uint32 on the wire.
+export const MAX_UINT32 = 4_294_967_295;
+
 export const ALGORITHMS = ['fixed_window', 'sliding_window', 'token_bucket', 'gcra'] as const;
 export type Algorithm = (typeof ALGORITHMS)[number];
 

@@ -5,7 +5,7 @@ import * as grpc from '@grpc/grpc-js';
 import { ManualClock } from '../src/clock';
 import { RateLimitResponse_Code as Code, RateLimitResponse_RateLimit_Unit as Unit } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { HealthClient, HealthCheckResponse_ServingStatus as Serving } from '../src/gen/grpc/health/v1/health';
-import { MAX_UINT32 } from '../src/limiter/limiter';
+import { MAX_UINT32 } from '../src/model';
 import { d, type Running, startApp } from './support/app';
 
 const EXAMPLE = path.resolve(__dirname, '../../examples/config');

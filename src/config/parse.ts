@@ -1,5 +1,6 @@
 import { LineCounter, isAlias, isMap, isScalar, isSeq, parseDocument } from 'yaml';
 import { ConfigError } from '../errors';
+import { MAX_UINT32 } from '../model';
 import { type DocumentIndex, indexDocument, LimitError, LoadBudget, MAX_DESCRIPTOR_DEPTH, MAX_YAML_DEPTH } from './limits';
 import { toPlain } from './plain';
 import { didYouMean } from './suggest';
@@ -83,7 +84,6 @@ const KEY_HOMES: [Set<string>, string][] = [
   [RATE_LIMIT_KEYS, 'inside rate_limit'],
 ];
 
-const MAX_UINT32 = 4_294_967_295;
 
 type Fields = Map<string, { node: unknown; line?: number }>;
 

@@ -1,10 +1,9 @@
 import { match } from '../config/match';
 import type { CompiledConfig, MatchedLimit, RateLimitRule } from '../config/types';
 import { counterKey, hasUpstreamKey, type KeyOptions, upstreamKey } from '../keys';
-import type { Code, LimitMode, RateLimitRequest } from '../model';
+import { type Code, type LimitMode, MAX_UINT32, type RateLimitRequest } from '../model';
 import type { Decision, DecideOptions, LimitCheck, Store } from '../store/store';
 
-export const MAX_UINT32 = 4_294_967_295;
 
 export interface LimiterSettings {
   keys: KeyOptions;

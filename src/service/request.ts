@@ -2,7 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import { InvalidRequestError } from '../errors';
 import type { RateLimitRequest as PbRequest } from '../gen/envoy/service/ratelimit/v3/rls';
 import { RateLimitUnit } from '../gen/envoy/type/v3/ratelimit_unit';
-import type { Descriptor, RateLimitRequest, Unit } from '../model';
+import { type Descriptor, MAX_UINT32, type RateLimitRequest, type Unit } from '../model';
 import { defaultSettings, type Settings } from '../settings';
 
 // Envoy caps hits_addend at 1e9 (MAX_HITS_ADDEND); beyond it a value is surely a bug.
@@ -113,7 +113,7 @@ function descriptorFrom(d: PbRequest['descriptors'][number], i: number, bounds: 
     if (unit === undefined) throw new InvalidRequestError(`descriptor ${i} limit override has no valid unit`);
     const rpu = d.limit.requestsPerUnit;
     if (!Number.isInteger(rpu) || rpu < 0 || rpu > 0xffff_ffff) {
-      throw new InvalidRequestError(`descriptor ${i} limit override requests_per_unit must be an integer 0..4294967295`);
+      throw new InvalidRequestError(`descriptor ${i} limit override requests_per_unit must be an integer 0..${MAX_UINT32}`);
     }
     out.limitOverride = { requestsPerUnit: rpu, unit };
   }

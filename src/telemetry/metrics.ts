@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { capacity } from '../algorithms/types';
 import type { DescriptorResult } from '../limiter/limiter';
 import type { OverLimitCacheStats } from '../store/over-limit-cache';
 import type { UpstreamTallies } from './upstream-tallies';
@@ -245,14 +246,14 @@ export function ruleCounts(result: DescriptorResult, nearLimitRatio: number): Re
   const counts: Record<RuleStat, number> = { total_hits: result.hits, over_limit: 0, near_limit: 0, within_limit: 0, shadow_mode: 0 };
   const rule = result.rule;
   if (rule === undefined) return counts;
-  const capacity = rule.algorithm === 'token_bucket' || rule.algorithm === 'gcra' ? rule.burst : rule.requestsPerUnit;
-  const near = Math.floor(capacity * nearLimitRatio);
+  const limit = capacity({ algorithm: rule.algorithm, limit: rule.requestsPerUnit, burst: rule.burst });
+  const near = Math.floor(limit * nearLimitRatio);
   const before = result.usedBefore;
   const after = before + result.hits;
   if (result.wouldDeny) {
-    const over = before >= capacity ? result.hits : Math.max(0, after - capacity);
+    const over = before >= limit ? result.hits : Math.max(0, after - limit);
     counts.over_limit = Math.round(over);
-    counts.near_limit = before >= capacity ? 0 : Math.max(0, Math.round(capacity - Math.max(near, before)));
+    counts.near_limit = before >= limit ? 0 : Math.max(0, Math.round(limit - Math.max(near, before)));
     if (rule.shadowMode) counts.shadow_mode = counts.over_limit;
   } else {
     counts.within_limit = result.hits;

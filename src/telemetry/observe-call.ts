@@ -1,4 +1,4 @@
-import type { Logger } from '../logger';
+import { type Logger, logEvery } from '../logger';
 import type { Metrics } from './metrics';
 import type { CallTrace, Carrier, Tracer } from './tracing';
 
@@ -61,25 +61,20 @@ const REFUSAL_LOG_EVERY_MS = 10_000;
 // unlimited), so refusals must not go unnoticed: a warn line at most every 10 s per listener, with
 // the latest reason (e.g. a request bound set too tight); the others at debug.
 function failureLog(logger: Logger, transport: string): (failure: CallFailure, err: unknown) => void {
-  let lastWarn = -Infinity;
-  let refused = 0;
+  const refusals = logEvery(REFUSAL_LOG_EVERY_MS);
   return (mapped, err) => {
     if (mapped.label === 'INTERNAL') {
       logger.error({ err, event: 'internal_error', transport }, 'ShouldRateLimit failed');
       return;
     }
-    if (mapped.label === 'INVALID_ARGUMENT') {
-      refused++;
-      const now = Date.now();
-      if (now - lastWarn >= REFUSAL_LOG_EVERY_MS) {
-        logger.warn(
-          { event: 'requests_refused', transport, refused, error: mapped.message },
-          `refused ${refused} malformed or oversized request(s); the caller's failure mode decides them: ${mapped.message}`,
-        );
-        lastWarn = now;
-        refused = 0;
-        return;
-      }
+    const unlogged = mapped.label === 'INVALID_ARGUMENT' ? refusals() : undefined;
+    if (unlogged !== undefined) {
+      const refused = unlogged + 1;
+      logger.warn(
+        { event: 'requests_refused', transport, refused, error: mapped.message },
+        `refused ${refused} malformed or oversized request(s); the caller's failure mode decides them: ${mapped.message}`,
+      );
+      return;
     }
     logger.debug({ event: 'request_error', transport, code: mapped.label, error: mapped.message }, mapped.message);
   };

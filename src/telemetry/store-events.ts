@@ -1,4 +1,4 @@
-import type { Logger } from '../logger';
+import { type Logger, logEvery } from '../logger';
 import type { StoreEvents } from '../store/events';
 import type { Metrics } from './metrics';
 
@@ -10,33 +10,23 @@ const BREAKER_GAUGE: Record<BreakerState, number> = { closed: 0, half_open: 1, o
 // kind of event every LOG_EVERY_MS; the counters still count every occurrence.
 const LOG_EVERY_MS = 5_000;
 
-function throttle(everyMs: number): () => boolean {
-  let last = -Infinity;
-  return () => {
-    const now = Date.now();
-    if (now - last < everyMs) return false;
-    last = now;
-    return true;
-  };
-}
-
 // The store layers' events as metrics and JSON log lines: the one place the store is wired to
 // server/ (the store only knows the StoreEvents interface).
 export function storeEvents(metrics: Metrics, logger: Logger): StoreEvents {
-  const failureLog = throttle(LOG_EVERY_MS);
-  const overloadLog = throttle(LOG_EVERY_MS);
-  const refundLog = throttle(LOG_EVERY_MS);
+  const failureLog = logEvery(LOG_EVERY_MS);
+  const overloadLog = logEvery(LOG_EVERY_MS);
+  const refundLog = logEvery(LOG_EVERY_MS);
   return {
     storeCall(operation, seconds, ok) {
       metrics.storeDuration.observe({ operation, result: ok ? 'ok' : 'error' }, seconds);
     },
     storeFailure(kind, message) {
       metrics.storeFailures.inc({ kind });
-      if (failureLog()) logger.warn({ event: 'store_failure', kind, error: message }, `Redis call failed (${kind}): ${message}`);
+      if (failureLog() !== undefined) logger.warn({ event: 'store_failure', kind, error: message }, `Redis call failed (${kind}): ${message}`);
     },
     ownOverload(lagMs, message) {
       metrics.ownOverload.inc();
-      if (overloadLog()) logger.warn({ event: 'own_overload', lagMs }, `store deadline missed because this process was busy: ${message}`);
+      if (overloadLog() !== undefined) logger.warn({ event: 'own_overload', lagMs }, `store deadline missed because this process was busy: ${message}`);
     },
     breaker(from, to, reason) {
       metrics.breakerState.set(BREAKER_GAUGE[to]);
@@ -57,7 +47,7 @@ export function storeEvents(metrics: Metrics, logger: Logger): StoreEvents {
     },
     refund(entries, error) {
       metrics.refundEntries.inc({ result: error === undefined ? 'ok' : 'error' }, entries);
-      if (error !== undefined && refundLog()) logger.warn({ event: 'refund_failed', entries, error }, 'could not give consumed hits back to Redis (will retry)');
+      if (error !== undefined && refundLog() !== undefined) logger.warn({ event: 'refund_failed', entries, error }, 'could not give consumed hits back to Redis (will retry)');
     },
     leaseTaken(units) {
       metrics.leaseUnits.inc({ event: 'taken' }, units);

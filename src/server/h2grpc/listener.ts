@@ -1,5 +1,5 @@
 import * as grpc from '@grpc/grpc-js';
-import type { Logger } from '../../logger';
+import { type Logger, logEvery } from '../../logger';
 import { bindGrpc, createGrpcServer, drainGrpc, type GrpcDeps, grpcServerOptions, grpcServices } from '../grpc';
 import { grpcCredentials, type ServerTls } from '../tls';
 import { H2GrpcServer } from './server';
@@ -41,18 +41,12 @@ function routeGrpcJsLog(logger: Logger): void {
 // A connection closed for abuse: counted by reason, and logged at warn at most once a second (an
 // attacker reconnecting in a loop must not flood the log), with how many went unlogged.
 function abuseReport(deps: GrpcDeps): (c: WireConnection, what: string) => void {
-  let loggedAt = 0;
-  let unlogged = 0;
+  const abuse = logEvery(1000);
   return (c, what) => {
     deps.metrics.abusiveConnections.inc({ reason: what });
-    const now = Date.now();
-    if (now - loggedAt < 1000) {
-      unlogged++;
-      return;
-    }
-    loggedAt = now;
+    const unlogged = abuse();
+    if (unlogged === undefined) return;
     const peer = `${c.socket.remoteAddress}:${c.socket.remotePort}`;
     deps.logger.warn({ event: 'grpc_connection_abusive', peer, reason: what, unlogged }, `gRPC connection from ${peer} closed (GOAWAY ENHANCE_YOUR_CALM): past its budget of ${what}`);
-    unlogged = 0;
   };
 }

@@ -1,9 +1,9 @@
 import type { RateLimitQuotaResponse_BucketAction as PbAction } from '../../gen/envoy/service/rate_limit_quota/v3/rlqs';
 import { RateLimitStrategy_BlanketRule, type RateLimitStrategy } from '../../gen/envoy/type/v3/ratelimit_strategy';
+import { MAX_UINT32 } from '../../model';
 
 export type ActionKind = 'token_bucket' | 'allow_all' | 'deny_all' | 'abandon';
 
-const MAX_UINT32 = 0xffff_ffff;
 
 // A token bucket that (practically) never refills: Envoy gets `units` and no more until the next
 // assignment. Envoy needs a refill (tokens_per_fill > 0, fill_interval ≥ 1 s): one token a day is
