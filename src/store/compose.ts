@@ -1,6 +1,4 @@
-import { randomUUID } from 'node:crypto';
-import { type Clock, monotonicClock } from '../clock';
-import type { Settings } from '../settings';
+import type { Clock } from '../clock';
 import type { BreakerOptions } from './breaker';
 import type { StoreEvents } from './events';
 import { MemoryStore } from './memory';
@@ -52,31 +50,6 @@ export interface RedisStackOptions {
   journalFlushMs: number;
   // Multi-region (GLOBAL_REDIS_URL): the regional Redis decides against leased allowances.
   region?: RegionOptions;
-}
-
-export function redisStackOptions(s: Settings): RedisStackOptions {
-  const domainPolicies = new Map<string, FallbackPolicy>();
-  for (const entry of s.fallbackDomainPolicies) {
-    const eq = entry.lastIndexOf('=');
-    domainPolicies.set(entry.slice(0, eq), entry.slice(eq + 1) as FallbackPolicy);
-  }
-  return {
-    clock: monotonicClock,
-    storeDeadlineMs: s.storeDeadlineMs,
-    deadlineMarginMs: s.deadlineMarginMs,
-    stalledMs: s.redisTimeoutMs,
-    breaker: { windowMs: s.breakerWindowMs, minCalls: s.breakerMinCalls, failureRatio: s.breakerFailureRatio, cooldownMs: s.breakerCooldownMs },
-    policy: s.fallbackPolicy,
-    domainPolicies,
-    share: s.fallbackShare,
-    replicaTtlMs: s.replicaTtlMs,
-    replicaId: randomUUID(),
-    overLimitCacheSize: s.overLimitCacheSize,
-    overLimitCacheWhenCounting: s.localCacheSizeBytes > 0,
-    leases: { autoThreshold: s.leaseAutoThreshold, autoShare: s.leaseAutoShare, ttlMs: s.leaseTtlMs, lowWater: s.leaseLowWater },
-    memoryMaxKeys: s.memoryMaxKeys,
-    journalFlushMs: 1000,
-  };
 }
 
 // The production Redis stack, composed in this one place, built bottom-up:

@@ -1,5 +1,5 @@
 import type { Clock } from '../../clock';
-import type { PartitionPolicy } from '../../settings';
+import type { PartitionPolicy } from './partition';
 import type { RedisStore } from '../redis';
 import type { DecideOptions } from '../store';
 import type { RegionEvents } from './events';
