@@ -189,8 +189,16 @@ function auth(value: string): { username?: string; password?: string } {
 
 function tls(s: RedisTarget, forced: boolean): ConnectionOptions | undefined {
   if (!s.redisTls && !forced) return undefined;
-  const file = (p: string) => (p === '' ? undefined : fs.readFileSync(p));
-  const options: ConnectionOptions = { ca: file(s.redisTlsCaCert), cert: file(s.redisTlsClientCert), key: file(s.redisTlsClientKey) };
+  // Read once, at start: a file that cannot be read is a mistake in the setting naming it.
+  const file = (p: string, setting: string) => {
+    if (p === '') return undefined;
+    try {
+      return fs.readFileSync(p);
+    } catch (err) {
+      throw new SettingsError(`${setting}: cannot read '${p}': ${(err as Error).message}`);
+    }
+  };
+  const options: ConnectionOptions = { ca: file(s.redisTlsCaCert, 'REDIS_TLS_CACERT'), cert: file(s.redisTlsClientCert, 'REDIS_TLS_CLIENT_CERT'), key: file(s.redisTlsClientKey, 'REDIS_TLS_CLIENT_KEY') };
   if (s.redisTlsSkipHostnameVerification) options.checkServerIdentity = () => undefined;
   return options;
 }
