@@ -17,12 +17,11 @@ import { ConfigWatcher } from './config/watcher';
 import type { ConfigLimits } from './config/limits';
 import type { XdsConfigClient } from './config/xds/client';
 import { createXdsSource } from './config/xds/source';
-import { compatModeLine } from './compat-mode';
 import { metricsDecisionSink } from './telemetry/decision-sink';
 import { Metrics } from './telemetry/metrics';
 import { StatsdSink } from './telemetry/statsd';
 import { createTracer } from './telemetry/tracing';
-import { describeSettings, type PartitionPolicy, partitionPolicy, redactRedisUrl, settingName, type Settings } from './settings';
+import { compatModeLine, describeSettings, redactRedisUrl, redisStackOptions, redisTargets, regionSettings, settingName, type Settings } from './settings';
 import { listenAs, type ListenTarget } from './server/listen-error';
 import { regionEvents } from './telemetry/region-events';
 import type { StoreEvents } from './store/events';
@@ -32,10 +31,10 @@ import { createRegionalStack } from './store/region/stack';
 import { MemoryStore } from './store/memory';
 import { storeEvents } from './telemetry/store-events';
 import { warmUpGrpc } from './server/warm-up';
-import { createPerSecondSplit, createRedisStack, redisStackOptions } from './store/compose';
-import { createPerSecondRedis } from './store/persecond';
+import { createPerSecondSplit, createRedisStack } from './store/compose';
+import { perSecondEvents } from './store/persecond';
 import { RedisStore } from './store/redis';
-import { createRedisClients } from './store/redis/connection';
+import { createRedisClients, type RedisTarget } from './store/redis/connection';
 import type { Store } from './store/store';
 import { buildInfo, VERSION } from './version';
 
@@ -65,41 +64,31 @@ function createStore(settings: Settings, metrics: Metrics, logger: Logger, clock
   if (settings.store === 'redis') {
     const events = storeEvents(metrics, logger);
     // First, so that a bad REDIS_PERSECOND_URL is refused before any connection opens.
-    const perSecond = settings.redisPerSecond ? createPerSecondRedis(settings, events, logger) : undefined;
-    const redis = new RedisStore({ ...createRedisClients(settings, logger), events, keyPrefix: settings.cacheKeyPrefix, windowHashes: settings.windowCounters === 'hash' });
+    const targets = redisTargets(settings);
+    const keys = { keyPrefix: settings.cacheKeyPrefix, windowHashes: settings.windowCounters === 'hash' };
+    // The per-second Redis' events are the main one's, labelled.
+    const perSecond = targets.perSecond === undefined ? undefined : redisStore(targets.perSecond, perSecondEvents(events), logger.child({ redis: 'persecond' }), keys);
+    const redis = redisStore(targets.main, events, logger, keys);
     const options = { ...redisStackOptions(settings), onOverLimitCache: (stats: OverLimitCacheStats) => metrics.addLocalCache(stats) };
-    if (settings.globalRedisUrl !== '') return createRegionalStack(redis, events, options, regionOptions(settings, metrics, logger, events));
+    if (targets.global !== undefined) return createRegionalStack(redis, events, options, regionOptions(settings, targets.global, { metrics, logger, events, keys }));
     if (perSecond !== undefined) return createPerSecondSplit({ main: redis, perSecond, events, options, perSecondStalledMs: settings.redisPerSecondTimeoutMs });
     return createRedisStack(redis, events, options);
   }
   return createMemoryStore(settings, metrics, logger, clock);
 }
 
-// Multi-region: the global Redis, reached with the regional connection settings but its own URL,
-// type and password.
-function regionOptions(settings: Settings, metrics: Metrics, logger: Logger, events: StoreEvents): RegionOptions {
-  const globalSettings: Settings = { ...settings, redisUrl: settings.globalRedisUrl, redisType: settings.globalRedisType, redisAuth: settings.globalRedisAuth, redisPoolSize: 1 };
+function redisStore(target: RedisTarget, events: StoreEvents, logger: Logger, keys: { keyPrefix: string; windowHashes: boolean }): RedisStore {
+  return new RedisStore({ ...createRedisClients(target, logger), events, ...keys });
+}
+
+// Multi-region: the global Redis (its target: the regional connection settings but its own URL,
+// type and password), and the region's settings.
+function regionOptions(settings: Settings, target: RedisTarget, o: { metrics: Metrics; logger: Logger; events: StoreEvents; keys: { keyPrefix: string; windowHashes: boolean } }): RegionOptions {
+  const { events } = o;
   // Its calls are timed apart from the regional Redis' (operation global_lease, ...).
   const globalEvents: StoreEvents = { ...events, storeCall: (operation, seconds, ok) => events.storeCall(`global_${operation}`, seconds, ok) };
-  const global = new RedisStore({ ...createRedisClients(globalSettings, logger), events: globalEvents, keyPrefix: settings.cacheKeyPrefix, windowHashes: settings.windowCounters === 'hash' });
-  const region = regionEvents(metrics, logger, settings.region);
-  const domainPolicies = new Map<string, PartitionPolicy>();
-  for (const entry of settings.globalPartitionDomainPolicies) {
-    const eq = entry.lastIndexOf('=');
-    domainPolicies.set(entry.slice(0, eq), partitionPolicy(entry.slice(eq + 1))!);
-  }
-  return {
-    region: settings.region,
-    global,
-    policy: partitionPolicy(settings.globalPartitionPolicy)!,
-    domainPolicies,
-    horizonMs: settings.globalLeaseHorizonMs,
-    replicaHorizonMs: settings.replicaLeaseHorizonMs,
-    leaseTtlMs: settings.globalLeaseTtlMs,
-    timeoutMs: settings.globalTimeoutMs,
-    events: region.events,
-    report: region.watch,
-  };
+  const region = regionEvents(o.metrics, o.logger, settings.region);
+  return { ...regionSettings(settings), global: redisStore(target, globalEvents, o.logger, o.keys), events: region.events, report: region.watch };
 }
 
 function createMemoryStore(settings: Settings, metrics: Metrics, logger: Logger, clock?: Clock): Store {

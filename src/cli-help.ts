@@ -1,8 +1,8 @@
-import { SETTINGS, type Settings, type Spec } from './settings';
+import { SETTINGS, type Settings, type Spec, valueText } from './settings';
 import { VERSION } from './version';
 
 // `sluice --help` and each command's help. Defaults and meanings come from the settings table
-// (settings.ts), so they cannot drift from what the code does; only the choice of the settings
+// (settings/table.ts), so they cannot drift from what the code does; only the choice of the settings
 // most people touch, and their grouping, is written here.
 
 const GROUPS: readonly [title: string, keys: readonly (keyof Settings)[]][] = [
@@ -16,20 +16,8 @@ const GROUPS: readonly [title: string, keys: readonly (keyof Settings)[]][] = [
 
 const SUMMARY_MAX = 64;
 
-// A duration default in the unit a person would write it in (10s, not 10000).
-function duration(ms: number): string {
-  if (ms === 0) return '0';
-  if (ms % 60_000 === 0) return `${ms / 60_000}m`;
-  if (ms % 1000 === 0) return `${ms / 1000}s`;
-  return `${ms}ms`;
-}
-
 export function defaultText(spec: Spec): string {
-  const def = spec.def;
-  if (Array.isArray(def)) return def.length === 0 ? '-' : def.join(',');
-  if (def === '') return '-';
-  if (spec.kind === 'duration' && typeof def === 'number') return duration(def);
-  return String(def);
+  return valueText(spec, spec.def);
 }
 
 // The first clause of a setting's help (for a choice, the choices): enough to recognise it; the

@@ -28,6 +28,16 @@ export class ConfigErrors extends Error {
   }
 }
 
+// A configuration mistake found at start (a setting, a flag, a file a setting names, a port it
+// cannot listen on): its message names the setting and is printed as it is, without a stack
+// trace. Raised before anything serves, so it never reaches a call: status.ts has no code for it.
+export class SettingsError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'SettingsError';
+  }
+}
+
 // The request itself is malformed → INVALID_ARGUMENT (gRPC) / 400 (HTTP).
 export class InvalidRequestError extends Error {
   constructor(message: string) {

@@ -1,6 +1,9 @@
 import pino, { type Logger } from 'pino';
 import pinoPretty from 'pino-pretty';
-import type { LogFormat, LogLevel } from './settings';
+
+// LOG_LEVEL and LOG_FORMAT's choices (settings/table.ts): what this logger can do.
+export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
+export type LogFormat = 'json' | 'pretty';
 
 export type { Logger };
 

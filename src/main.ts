@@ -7,7 +7,8 @@ import { stopOnSignals } from './server/cluster-signals';
 import { logWorkers, planWorkers, runPrimary, type WorkerPlan } from './server/workers';
 import { cgroupMemoryLimit, configBytes, memoryFitWarning } from './server/memory-fit';
 import { createLogger, type Logger } from './logger';
-import { conflictingNames, loadSettings, type Settings, SettingsError, upstreamSettingsNotRead } from './settings';
+import { SettingsError } from './errors';
+import { conflictingNames, loadSettings, type Settings, upstreamSettingsNotRead } from './settings';
 import { VERSION } from './version';
 
 // Thin on purpose: settings → app → start → signals.

@@ -4,9 +4,8 @@ import { describe, test } from 'node:test';
 import fc from 'fast-check';
 import { createApp } from '../src/app';
 import { createLogger } from '../src/logger';
-import { describeSettings, loadSettings } from '../src/settings';
+import { describeSettings, loadSettings, validatePerSecondUrl } from '../src/settings';
 import { redisUrlParts, validateRedisUrl } from '../src/store/redis/connection';
-import { validatePerSecondUrl } from '../src/store/persecond';
 
 // A password, however it is written (unencoded in a URL as people paste it, with '@', ':', '%',
 // '/', '#', '?', ',' and any Unicode), never shows in a log line, /settings or an error message,

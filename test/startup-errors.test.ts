@@ -76,3 +76,20 @@ describe('an address that cannot be listened on', () => {
     assert.equal(line, "sluice: HOST=no-such-host.invalid: 'no-such-host.invalid' is not a host name or address this machine can listen on");
   });
 });
+
+describe('configuration mistakes found while starting (SettingsError)', () => {
+  test('GRPC_SERVER_USE_TLS without its certificate and key', async () => {
+    const line = await startFails([], { GRPC_SERVER_USE_TLS: 'true' });
+    assert.equal(line, 'sluice: GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY');
+  });
+
+  test('gRPC TLS files that cannot be read, named as given', async () => {
+    const line = await startFails([], { GRPC_SERVER_USE_TLS: 'true', GRPC_SERVER_TLS_CERT: '/nonexistent/cert.pem', GRPC_SERVER_TLS_KEY: '/nonexistent/key.pem' });
+    assert.equal(line, 'sluice: cannot read the gRPC TLS files GRPC_SERVER_TLS_CERT=/nonexistent/cert.pem, GRPC_SERVER_TLS_KEY=/nonexistent/key.pem');
+  });
+
+  test('a Redis TLS file that cannot be read', async () => {
+    const line = await startFails([], { STORE: 'redis', REDIS_URL: 'rediss://127.0.0.1:1', REDIS_TLS_CACERT: '/nonexistent/ca.pem' });
+    assert.match(line, /^sluice: REDIS_TLS_CACERT: cannot read '\/nonexistent\/ca\.pem': /);
+  });
+});

@@ -2,8 +2,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import test from 'node:test';
-import { SETTINGS } from '../src/settings';
-import { UPSTREAM_SETTINGS, upstreamSettingsNotRead, upstreamSettingsTable } from '../src/upstream-settings';
+import { SETTINGS, UPSTREAM_SETTINGS, upstreamSettingsNotRead, upstreamSettingsTable } from '../src/settings';
 
 const REPO = path.join(__dirname, '..', '..');
 // envoyproxy/ratelimit's names, taken from its settings.go (the fixture's first line says which).

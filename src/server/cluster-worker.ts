@@ -1,6 +1,7 @@
 import { type App, createApp } from '../app';
 import { createLogger } from '../logger';
-import { type Settings, SettingsError } from '../settings';
+import { SettingsError } from '../errors';
+import type { Settings } from '../settings';
 import { rejectionFromWire, type ToPrimary, type ToWorker } from './cluster-protocol';
 import { stopOnSignals } from './cluster-signals';
 import type { SetScrape } from '../telemetry/metrics';

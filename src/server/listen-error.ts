@@ -1,4 +1,4 @@
-import { SettingsError } from '../settings';
+import { SettingsError } from '../errors';
 
 // A listener that cannot bind stops the start with one line naming the setting to change, e.g.
 // "GRPC_PORT=8081: address 0.0.0.0:8081 is already in use", never a stack trace: a port taken or

@@ -3,7 +3,8 @@ import { isIP } from 'node:net';
 import type tls from 'node:tls';
 import type { TLSSocket } from 'node:tls';
 import type { Logger } from '../logger';
-import type { Settings } from '../settings';
+import { SettingsError } from '../errors';
+import { settingName, type Settings } from '../settings';
 
 // The server certificate of GRPC_SERVER_USE_TLS, shared by the gRPC listener and (unless
 // HTTP_PLAINTEXT) the main HTTP listener. Certificate files are re-read every TLS_RELOAD_INTERVAL
@@ -30,11 +31,15 @@ export interface ServerTls {
 
 type Identity = { certificate: Buffer; privateKey: Buffer };
 
+// Certificate files that cannot be read at start: a configuration mistake, named by its settings.
+function unreadable(s: Settings, keys: ('grpcTlsCert' | 'grpcTlsKey' | 'grpcTlsClientCa')[]): SettingsError {
+  const files = keys.map((k) => `${settingName(s, k)}=${s[k]}`).join(', ');
+  return new SettingsError(`cannot read the gRPC TLS file${keys.length > 1 ? 's' : ''} ${files}`);
+}
+
 export function serverTls(s: Settings, logger?: Logger): ServerTls | undefined {
   if (!s.grpcTls) return undefined;
-  if (s.grpcTlsCert === '' || s.grpcTlsKey === '') {
-    throw new Error('GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY');
-  }
+  // Both files are given: settings/checks.ts refuses GRPC_SERVER_USE_TLS without them.
   const identity = new grpc.experimental.FileWatcherCertificateProvider({
     certificateFile: s.grpcTlsCert,
     privateKeyFile: s.grpcTlsKey,
@@ -57,14 +62,14 @@ export function serverTls(s: Settings, logger?: Logger): ServerTls | undefined {
   ]).then(() => undefined);
   // A null update (a file missing mid-rotation) keeps the last good certificate.
   const onIdentity = (update: Identity | null) => {
-    if (update === null) return id === undefined ? identityLoaded(new Error('cannot read the gRPC TLS identity files')) : undefined;
+    if (update === null) return id === undefined ? identityLoaded(unreadable(s, ['grpcTlsCert', 'grpcTlsKey'])) : undefined;
     const first = id === undefined;
     id = update;
     if (first) identityLoaded();
     else notify();
   };
   const onCa = (update: { caCertificate: Buffer } | null) => {
-    if (update === null) return ca === undefined ? caLoaded(new Error('cannot read the gRPC TLS ca files')) : undefined;
+    if (update === null) return ca === undefined ? caLoaded(unreadable(s, ['grpcTlsClientCa'])) : undefined;
     const first = ca === undefined;
     ca = update.caCertificate;
     if (first) caLoaded();

@@ -1,6 +1,4 @@
-import { randomUUID } from 'node:crypto';
-import { type Clock, monotonicClock } from '../clock';
-import type { Settings } from '../settings';
+import type { Clock } from '../clock';
 import type { BreakerOptions } from './breaker';
 import type { StoreEvents } from './events';
 import { MemoryStore } from './memory';
@@ -50,31 +48,6 @@ export interface RedisStackOptions {
   // While the breaker is closed, journal entries left by single timeouts are written back this
   // often, ms.
   journalFlushMs: number;
-}
-
-export function redisStackOptions(s: Settings): RedisStackOptions {
-  const domainPolicies = new Map<string, FallbackPolicy>();
-  for (const entry of s.fallbackDomainPolicies) {
-    const eq = entry.lastIndexOf('=');
-    domainPolicies.set(entry.slice(0, eq), entry.slice(eq + 1) as FallbackPolicy);
-  }
-  return {
-    clock: monotonicClock,
-    storeDeadlineMs: s.storeDeadlineMs,
-    deadlineMarginMs: s.deadlineMarginMs,
-    stalledMs: s.redisTimeoutMs,
-    breaker: { windowMs: s.breakerWindowMs, minCalls: s.breakerMinCalls, failureRatio: s.breakerFailureRatio, cooldownMs: s.breakerCooldownMs },
-    policy: s.fallbackPolicy,
-    domainPolicies,
-    share: s.fallbackShare,
-    replicaTtlMs: s.replicaTtlMs,
-    replicaId: randomUUID(),
-    overLimitCacheSize: s.overLimitCacheSize,
-    overLimitCacheWhenCounting: s.localCacheSizeBytes > 0,
-    leases: { autoThreshold: s.leaseAutoThreshold, autoShare: s.leaseAutoShare, ttlMs: s.leaseTtlMs, lowWater: s.leaseLowWater },
-    memoryMaxKeys: s.memoryMaxKeys,
-    journalFlushMs: 1000,
-  };
 }
 
 // What the stages sit on: the Redis store, or a layer over it that is a shared store too (the

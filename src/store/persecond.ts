@@ -1,11 +1,7 @@
 import { UnavailableError } from '../errors';
 import { type LimitSpec, specOf } from '../algorithms';
 import { admits } from '../algorithms/policy';
-import type { Logger } from '../logger';
-import { type Settings, SettingsError } from '../settings';
 import type { StoreEvents } from './events';
-import { RedisStore } from './redis';
-import { createRedisClients, validateRedisUrl } from './redis/connection';
 import type { RefundEntry } from './shared';
 import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from './store';
 
@@ -199,34 +195,4 @@ export function perSecondEvents(events: StoreEvents): StoreEvents {
     writeBack: (entries, hits, error) => events.writeBack(entries, hits, error === undefined ? undefined : label(error)),
     refund: (entries, error) => events.refund(entries, error === undefined ? undefined : label(error)),
   };
-}
-
-// The per-second Redis' connection settings, refused (naming the per-second settings) when its URL
-// cannot work.
-export function validatePerSecondUrl(s: Settings): Settings {
-  const own: Settings = {
-    ...s,
-    redisUrl: s.redisPerSecondUrl,
-    redisType: s.redisPerSecondType,
-    redisAuth: s.redisPerSecondAuth,
-    redisSentinelAuth: s.redisPerSecondSentinelAuth,
-    redisTls: s.redisPerSecondTls,
-    redisPoolSize: s.redisPerSecondPoolSize,
-  };
-  try {
-    validateRedisUrl(own);
-  } catch (err) {
-    // Its messages name REDIS_URL's settings; these are the per-second ones.
-    if (err instanceof SettingsError) throw new SettingsError(err.message.replace(/\bREDIS_(URL|TYPE|AUTH)\b/g, 'REDIS_PERSECOND_$1'));
-    throw err;
-  }
-  return own;
-}
-
-// The per-second Redis, reached with its own URL, type, passwords, TLS switch and pool size; the
-// TLS files and the connect timeout are REDIS_URL's, as upstream. `events` are the main Redis'
-// (labelled here).
-export function createPerSecondRedis(s: Settings, events: StoreEvents, logger: Logger): RedisStore {
-  const own = validatePerSecondUrl(s);
-  return new RedisStore({ ...createRedisClients(own, logger.child({ redis: 'persecond' })), events: perSecondEvents(events), keyPrefix: s.cacheKeyPrefix, windowHashes: s.windowCounters === 'hash' });
 }

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import YAML from 'yaml';
-import { SettingsError } from '../settings';
+import { SettingsError } from '../errors';
 import { goRegex, expandGoTemplate } from './go-regex';
 
 // statsd_exporter's metric mapper (github.com/prometheus/statsd_exporter, pkg/mapper, v0.26 as

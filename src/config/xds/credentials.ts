@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
+import { SettingsError } from '../../errors';
 
 export interface XdsTlsOptions {
   tls: boolean;
@@ -14,7 +15,7 @@ function read(file: string, setting: string): Buffer {
   try {
     return fs.readFileSync(file);
   } catch (e) {
-    throw new Error(`${setting}: cannot read '${file}': ${(e as Error).message}`);
+    throw new SettingsError(`${setting}: cannot read '${file}': ${(e as Error).message}`);
   }
 }
 

@@ -2,15 +2,34 @@ import fs from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from '../../logger';
-import { redactRedisUrl, type Settings, SettingsError } from '../../settings';
+import { SettingsError } from '../../errors';
+import { redactRedisUrl } from '../../redact';
 import type { RedisClient } from './scripts';
+
+// One Redis to connect to. The fields are named as REDIS_URL's settings are, so that a Settings
+// object is one (settings/derived.ts builds the per-second and global ones); `names` are the
+// settings a message names, REDIS_URL, REDIS_TYPE and REDIS_AUTH unless given.
+export interface RedisTarget {
+  redisUrl: string;
+  redisType: 'single' | 'sentinel' | 'cluster';
+  redisAuth: string;
+  redisSentinelAuth: string;
+  redisTls: boolean;
+  redisTlsCaCert: string;
+  redisTlsClientCert: string;
+  redisTlsClientKey: string;
+  redisTlsSkipHostnameVerification: boolean;
+  redisPoolSize: number;
+  redisConnectTimeoutMs: number;
+  names?: { url: string; type: string; auth: string };
+}
 
 interface HostPort {
   host: string;
   port: number;
 }
 
-const FORMS: Record<Settings['redisType'], string> = {
+const FORMS: Record<RedisTarget['redisType'], string> = {
   single: 'expected redis://[user:password@]host[:port][/db], rediss://..., host:port or a unix socket path (/path/to/redis.sock)',
   sentinel: 'expected <master name>,host:port[,host:port...] (REDIS_TYPE=sentinel)',
   cluster: 'expected host:port[,host:port...] (REDIS_TYPE=cluster; redis:// or rediss:// before each is allowed)',
@@ -150,11 +169,16 @@ function clusterProblem(url: string): string | undefined {
 }
 
 // Fails startup, before anything listens, on a REDIS_URL that cannot work for REDIS_TYPE.
-export function validateRedisUrl(s: Settings): void {
+export function validateRedisUrl(s: RedisTarget): void {
   const url = s.redisUrl.trim();
   const check = s.redisType === 'sentinel' ? sentinelProblem : s.redisType === 'cluster' ? clusterProblem : singleProblem;
   const problem = url === '' ? 'is empty' : check(url);
-  if (problem !== undefined) throw new SettingsError(`REDIS_URL: '${redactRedisUrl(s.redisUrl)}' ${problem}; ${FORMS[s.redisType]}`);
+  if (problem === undefined) return;
+  const message = `REDIS_URL: '${redactRedisUrl(s.redisUrl)}' ${problem}; ${FORMS[s.redisType]}`;
+  // The problems and forms are written with REDIS_URL's names; another Redis' replace them.
+  const names = s.names;
+  const named = names === undefined ? message : message.replace(/\bREDIS_(URL|TYPE|AUTH)\b/g, (_, n: string) => (n === 'URL' ? names.url : n === 'TYPE' ? names.type : names.auth));
+  throw new SettingsError(named);
 }
 
 function auth(value: string): { username?: string; password?: string } {
@@ -163,10 +187,18 @@ function auth(value: string): { username?: string; password?: string } {
   return colon < 0 ? { password: value } : { username: value.slice(0, colon), password: value.slice(colon + 1) };
 }
 
-function tls(s: Settings, forced: boolean): ConnectionOptions | undefined {
+function tls(s: RedisTarget, forced: boolean): ConnectionOptions | undefined {
   if (!s.redisTls && !forced) return undefined;
-  const file = (p: string) => (p === '' ? undefined : fs.readFileSync(p));
-  const options: ConnectionOptions = { ca: file(s.redisTlsCaCert), cert: file(s.redisTlsClientCert), key: file(s.redisTlsClientKey) };
+  // Read once, at start: a file that cannot be read is a mistake in the setting naming it.
+  const file = (p: string, setting: string) => {
+    if (p === '') return undefined;
+    try {
+      return fs.readFileSync(p);
+    } catch (err) {
+      throw new SettingsError(`${setting}: cannot read '${p}': ${(err as Error).message}`);
+    }
+  };
+  const options: ConnectionOptions = { ca: file(s.redisTlsCaCert, 'REDIS_TLS_CACERT'), cert: file(s.redisTlsClientCert, 'REDIS_TLS_CLIENT_CERT'), key: file(s.redisTlsClientKey, 'REDIS_TLS_CLIENT_KEY') };
   if (s.redisTlsSkipHostnameVerification) options.checkServerIdentity = () => undefined;
   return options;
 }
@@ -186,7 +218,7 @@ function tls(s: Settings, forced: boolean): ConnectionOptions | undefined {
 // repeated, because a call given up on whose script then runs anyway would be counted twice (by
 // Redis, and by the fallback that answered instead and writes its hits back). How long a caller
 // waits is the resilience stages' business (the deadline answers by fallback; the call goes on).
-function baseOptions(s: Settings): RedisOptions {
+function baseOptions(s: RedisTarget): RedisOptions {
   return {
     ...auth(s.redisAuth),
     connectTimeout: s.redisConnectTimeoutMs,
@@ -199,7 +231,7 @@ function baseOptions(s: Settings): RedisOptions {
   };
 }
 
-function single(s: Settings): Redis {
+function single(s: RedisTarget): Redis {
   const url = s.redisUrl;
   if (/^rediss?:\/\//.test(url)) {
     const { tls: _tls, username, password, ...where } = redisUrlParts(url);
@@ -213,7 +245,7 @@ function single(s: Settings): Redis {
 }
 
 // Upstream's sentinel form: "<master name>,host:port[,host:port...]".
-function sentinel(s: Settings): Redis {
+function sentinel(s: RedisTarget): Redis {
   const [name, ...addrs] = s.redisUrl.split(',').map((x) => x.trim());
   const sentinelAuth = auth(s.redisSentinelAuth);
   return new Redis({
@@ -226,7 +258,7 @@ function sentinel(s: Settings): Redis {
   });
 }
 
-function cluster(s: Settings): Cluster {
+function cluster(s: RedisTarget): Cluster {
   const nodes = s.redisUrl.split(',').map((a) => hostPort(a.replace(/^rediss?:\/\//, ''), 6379));
   // Node connections keep ioredis' own offline queue: one is opened by the first command sent to
   // it (lazily) and never reconnects by itself (the cluster client replaces it), so the queue only
@@ -253,7 +285,7 @@ function cluster(s: Settings): Cluster {
   return new Cluster(nodes, options);
 }
 
-export function createRedisClients(s: Settings, logger: Logger): { clients: RedisClient[]; cluster: boolean } {
+export function createRedisClients(s: RedisTarget, logger: Logger): { clients: RedisClient[]; cluster: boolean } {
   validateRedisUrl(s);
   const make = (): RedisClient => (s.redisType === 'cluster' ? cluster(s) : s.redisType === 'sentinel' ? sentinel(s) : single(s));
   const count = s.redisType === 'cluster' ? 1 : s.redisPoolSize;

@@ -1,4 +1,4 @@
-import type { PartitionPolicy } from '../../settings';
+import type { PartitionPolicy } from './partition';
 import type { RedisStore } from '../redis';
 import type { StackContext } from '../compose';
 import type { RegionEvents } from './events';

@@ -1,7 +1,7 @@
 import type { Clock } from '../../clock';
 import { isWindow, type LimitSpec, specOf } from '../../algorithms';
 import { admits } from '../../algorithms/policy';
-import type { PartitionPolicy } from '../../settings';
+import type { PartitionPolicy } from './partition';
 import type { RedisStore } from '../redis';
 import { type AbsorbEntry, type LeaseGrant, PartialWrite, type RefundEntry, type OwnEntry, type RestoreEntry, type SharedOps } from '../shared';
 import type { DecideOptions, Decision, LimitCheck, Store } from '../store';

@@ -1,216 +1,34 @@
-import path from 'node:path';
-import { parseDuration } from './config/duration';
-import { applyCompatMode, type CompatMode } from './compat-mode';
-import type { HashTagPolicy } from './keys';
+// Every setting sluice reads, from flags and the environment, as one table: the Settings type
+// (types.ts), `sluice help settings`, docs/settings.md and COMPAT_MODE=upstream's defaults all
+// follow from these rows. Precedence: flag > environment (sluice's name, then upstream's) > default.
 
-// Every setting sluice reads, from flags and the environment, in one place. Everything else gets
-// a Settings object. Precedence: flag > environment (sluice's name, then upstream's) > default.
+export type Kind = 'string' | 'list' | 'port' | 'int' | 'count' | 'ratio' | 'share' | 'bool' | 'enum' | 'duration' | 'auto-int';
 
-export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
-export type LogFormat = 'json' | 'pretty';
+// envoyproxy/ratelimit's default where it differs from sluice's (COMPAT_MODE=upstream, compat.ts):
+// a value, or another setting's value as in force (`same`), or its negation (`not`).
+export type UpstreamDefault = { value: string | number | boolean } | { same: string } | { not: string };
 
-export interface Settings {
-  configPaths: string[];
-  // Where config comes from: files (configPaths) or an xDS control plane (src/config/xds/).
-  configType: 'file' | 'grpc_xds_sotw';
-  xdsServerUrl: string;
-  xdsNodeId: string;
-  // key=value entries, sent as the node's metadata (string values, as upstream).
-  xdsNodeMetadata: string[];
-  // key:value entries, sent as gRPC metadata on the stream.
-  xdsAdditionalHeaders: string[];
-  xdsTls: boolean;
-  xdsTlsClientCert: string;
-  xdsTlsClientKey: string;
-  xdsTlsCaCert: string;
-  xdsTlsSan: string;
-  xdsBackoffInitialMs: number;
-  xdsBackoffMaxMs: number;
-  xdsBackoffRandomFactor: number;
-  xdsBackoffJitter: boolean;
-  // 0: grpc-js' default (4 MiB).
-  xdsMaxMsgBytes: number;
-  // Serve before the first config arrives, as if every domain were unknown (upstream's flag).
-  forceStartWithoutInitialConfig: boolean;
-  // Ready only once a config with at least one domain is loaded (upstream's flag).
-  healthyWithAtLeastOneConfigLoaded: boolean;
-  // The setting whose presence chose the Redis store when no store was named (start-up log).
-  storeImpliedBy?: string;
-  host: string;
-  httpPort: number;
-  grpcHost: string;
-  grpcPort: number;
-  // Which gRPC server carries the gRPC listener: server/h2grpc/ on its own HTTP/2 (wire.ts) or on
-  // node:http2, or grpc-js.
-  grpcServerImpl: 'grpc-js' | 'http2' | 'sluice';
-  // Per gRPC connection: streams at once, time to the client's first SETTINGS, time without a
-  // stream before a graceful close (0: never).
-  grpcMaxConcurrentStreams: number;
-  grpcHandshakeTimeoutMs: number;
-  grpcMaxConnectionIdleMs: number;
-  // RLQS (service/rlqs/): how long an assignment lives at Envoy, what an unknown bucket gets, and
-  // how many buckets one stream may report.
-  rlqsAssignmentTtlMs: number;
-  rlqsUnknownBucket: 'allow' | 'deny';
-  rlqsMaxBucketsPerStream: number;
-  adminHost: string;
-  adminPort: number;
-  grpcTls: boolean;
-  grpcTlsCert: string;
-  grpcTlsKey: string;
-  grpcTlsClientCa: string;
-  // A verified client certificate must also carry this DNS or IP SAN ('' = any), as upstream.
-  grpcTlsClientSan: string;
-  tlsReloadMs: number;
-  httpPlaintext: boolean;
-  httpHeadersTimeoutMs: number;
-  httpRequestTimeoutMs: number;
-  httpKeepAliveTimeoutMs: number;
-  httpMaxConnections: number;
-  configWatch: boolean;
-  // Periodic config fingerprint check behind the file watch; 0 = off.
-  configPollIntervalMs: number;
-  configMaxFileBytes: number;
-  configMaxDescriptors: number;
-  shutdownDelayMs: number;
-  drainTimeoutMs: number;
-  // Serving processes sharing the ports (server/workers.ts); 'auto': the cores this process may use.
-  workers: number | 'auto';
-  logLevel: LogLevel;
-  logFormat: LogFormat;
-  // Request bounds (service/request.ts): over one, a request is refused with INVALID_ARGUMENT.
-  maxDescriptors: number;
-  maxDescriptorEntries: number;
-  maxValueBytes: number;
-  maxRequestBytes: number;
-  store: 'memory' | 'redis';
-  memoryMaxKeys: number;
-  redisUrl: string;
-  redisType: 'single' | 'sentinel' | 'cluster';
-  redisAuth: string;
-  redisSentinelAuth: string;
-  redisTls: boolean;
-  redisTlsCaCert: string;
-  redisTlsClientCert: string;
-  redisTlsClientKey: string;
-  redisTlsSkipHostnameVerification: boolean;
-  redisPoolSize: number;
-  redisTimeoutMs: number;
-  redisConnectTimeoutMs: number;
-  // '' = as the URL says (a path is a unix socket); upstream's tcp | unix are checked against it.
-  redisSocketType: string;
-  // REDIS_PERSECOND: limits of one second or less on their own Redis (store/persecond.ts).
-  redisPerSecond: boolean;
-  redisPerSecondUrl: string;
-  redisPerSecondType: 'single' | 'sentinel' | 'cluster';
-  redisPerSecondAuth: string;
-  redisPerSecondSentinelAuth: string;
-  redisPerSecondTls: boolean;
-  redisPerSecondPoolSize: number;
-  // '' = as the URL says (a path is a unix socket); upstream's tcp | unix are checked against it.
-  redisPerSecondSocketType: string;
-  // 0 = REDIS_TIMEOUT.
-  redisPerSecondTimeoutMs: number;
-  countDeniedHits: boolean;
-  globalShadowMode: boolean;
-  globalQuotaMode: boolean;
-  nearLimitRatio: number;
-  mergeDomainConfig: boolean;
-  responseDynamicMetadata: boolean;
-  responseHeadersEnabled: boolean;
-  headerLimit: string;
-  headerRemaining: string;
-  headerReset: string;
-  retryAfterEnabled: boolean;
-  headerRetryAfter: string;
-  cacheKeyPrefix: string;
-  windowCounters: 'hash' | 'keys';
-  hashTag: HashTagPolicy;
-  keyLayout: 'sluice' | 'upstream';
-  keyHashSecret: string;
-  keyHashMaxValueLength: number;
-  keyHashKeys: string[];
-  storeDeadlineMs: number;
-  deadlineMarginMs: number;
-  breakerFailureRatio: number;
-  breakerMinCalls: number;
-  breakerWindowMs: number;
-  breakerCooldownMs: number;
-  fallbackPolicy: 'local' | 'allow' | 'deny';
-  fallbackDomainPolicies: string[];
-  // 'auto': 1 / the live replicas registered in Redis; a number: that share of what remains.
-  fallbackShare: number | 'auto';
-  replicaTtlMs: number;
-  degradedHeader: string;
-  overLimitCacheSize: number;
-  // LOCAL_CACHE_SIZE_IN_BYTES (upstream's name): the over-limit cache sized in bytes; 0 = not given.
-  localCacheSizeBytes: number;
-  // Upstream's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: a request that goes over counts nothing.
-  stopCacheKeyIncrementWhenOverlimit: boolean;
-  // Whose behaviour the defaults follow: sluice's own, or envoyproxy/ratelimit's (compat-mode.ts).
-  compatMode: CompatMode;
-  leaseAutoThreshold: number;
-  leaseAutoShare: number;
-  leaseTtlMs: number;
-  leaseLowWater: number;
-  // Multi-region (docs/multi-region.md): without globalRedisUrl nothing of this applies.
-  region: string;
-  globalRedisUrl: string;
-  globalRedisType: 'single' | 'sentinel' | 'cluster';
-  globalRedisAuth: string;
-  // deny | allow | a share of each limit such as 50% or 0.5 (see partitionPolicy()).
-  globalPartitionPolicy: string;
-  globalPartitionDomainPolicies: string[];
-  globalLeaseHorizonMs: number;
-  globalLeaseTtlMs: number;
-  replicaLeaseHorizonMs: number;
-  globalTimeoutMs: number;
-  // statsd output with envoyproxy/ratelimit's metric names (server/statsd.ts); off by default.
-  statsdEnabled: boolean;
-  statsdHost: string;
-  statsdPort: number;
-  statsdProtocol: 'udp' | 'tcp';
-  statsFlushIntervalMs: number;
-  extraTags: string[];
-  // Upstream's Prometheus listener (server/prometheus-listener.ts): its series named by a statsd_exporter mapping.
-  prometheusEnabled: boolean;
-  prometheusAddr: string;
-  prometheusPath: string;
-  // '' = sluice's equivalent of upstream's default mapping (server/upstream-mapping.ts).
-  prometheusMapperYaml: string;
-  prometheusResponseTimeAsMs: boolean;
-  // OpenTelemetry tracing (server/tracing.ts); off by default, and then no OTel code is loaded.
-  tracingEnabled: boolean;
-  tracingServiceName: string;
-  tracingServiceNamespace: string;
-  // '': a random UUID per process, as upstream.
-  tracingServiceInstanceId: string;
-  tracingSamplingRate: number;
-  tracingExporterProtocol: 'http' | 'grpc';
-  // '': the protocol's default collector (localhost:4318 for http, localhost:4317 for grpc).
-  otlpEndpoint: string;
-  otlpTracesEndpoint: string;
-  // k1=v1,k2=v2 (URL-encoded values), as the OTel SDK reads it; see otlpHeaders().
-  otlpHeaders: string;
-  // Where each setting given explicitly came from: its flag (--grpc-port) or the environment
-  // variable read (PORT rather than HTTP_PORT), so that messages name what the user wrote.
-  origins?: Partial<Record<keyof Settings, string>>;
-}
-
-type Kind = 'string' | 'list' | 'port' | 'int' | 'count' | 'ratio' | 'share' | 'bool' | 'enum' | 'duration' | 'auto-int';
-
-export interface Spec {
-  key: keyof Settings;
+// One row as written in the table; `key` names the field of Settings it fills (types.ts).
+interface Row {
+  key: string;
   flag: string;
-  env: string[];
+  env: readonly string[];
   kind: Kind;
   def: unknown;
   choices?: readonly string[];
+  upstream?: UpstreamDefault;
   help: string;
 }
 
-// The settings table; README's table is written from it.
-export const SETTINGS: readonly Spec[] = [
+export type SettingKey = (typeof TABLE)[number]['key'];
+
+// One row as the rest of the code reads it.
+export interface Spec extends Row {
+  key: SettingKey;
+}
+
+// The rows, with their literal types kept: types.ts derives the Settings type from them.
+export const TABLE = [
   { key: 'configPaths', flag: 'config', env: ['CONFIG_PATH'], kind: 'list', def: [], help: 'config file or directory; repeat the flag or separate with commas' },
   { key: 'configType', flag: 'config-type', env: ['CONFIG_TYPE'], kind: 'enum', def: 'file', choices: ['file', 'grpc_xds_sotw'], help: 'file (CONFIG_PATH) or grpc_xds_sotw: config pushed by an xDS control plane (ADS, state of the world) as RateLimitConfig resources' },
   { key: 'xdsServerUrl', flag: 'xds-server-url', env: ['CONFIG_GRPC_XDS_SERVER_URL'], kind: 'string', def: 'localhost:18000', help: 'xDS control plane address, host:port' },
@@ -278,7 +96,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'redisTlsClientKey', flag: 'redis-tls-client-key', env: ['REDIS_TLS_CLIENT_KEY'], kind: 'string', def: '', help: 'client key file (mutual TLS)' },
   { key: 'redisTlsSkipHostnameVerification', flag: 'redis-tls-skip-hostname-verification', env: ['REDIS_TLS_SKIP_HOSTNAME_VERIFICATION'], kind: 'bool', def: false, help: 'accept a certificate for another host name' },
   { key: 'redisPoolSize', flag: 'redis-pool-size', env: ['REDIS_POOL_SIZE'], kind: 'int', def: 1, help: 'connections per Redis (pipelined; more only help when Redis latency dominates)' },
-  { key: 'redisTimeoutMs', flag: 'redis-timeout', env: ['REDIS_TIMEOUT'], kind: 'duration', def: 1000, help: 'a Redis call unanswered this long opens the breaker at once (the call is not abandoned: its outcome is still counted when Redis answers)' },
+  { key: 'redisTimeoutMs', flag: 'redis-timeout', env: ['REDIS_TIMEOUT'], kind: 'duration', def: 1000, upstream: { value: 10_000 }, help: 'a Redis call unanswered this long opens the breaker at once (the call is not abandoned: its outcome is still counted when Redis answers)' },
   { key: 'redisConnectTimeoutMs', flag: 'redis-connect-timeout', env: ['REDIS_CONNECT_TIMEOUT'], kind: 'duration', def: 2000, help: 'connect timeout; sluice keeps retrying, health says NOT_SERVING meanwhile' },
   { key: 'redisSocketType', flag: 'redis-socket-type', env: ['REDIS_SOCKET_TYPE'], kind: 'string', def: '', help: "tcp or unix; empty = as REDIS_URL says (a path is a unix socket). Upstream's setting, checked against the URL: a mismatch is refused at start" },
   { key: 'redisPerSecond', flag: 'redis-persecond', env: ['REDIS_PERSECOND'], kind: 'bool', def: false, help: 'count limits of one second or less (unit: second) on their own Redis, REDIS_PERSECOND_URL, and the others on REDIS_URL, as upstream' },
@@ -290,7 +108,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'redisPerSecondPoolSize', flag: 'redis-persecond-pool-size', env: ['REDIS_PERSECOND_POOL_SIZE'], kind: 'int', def: 1, help: 'connections to the per-second Redis (as REDIS_POOL_SIZE)' },
   { key: 'redisPerSecondSocketType', flag: 'redis-persecond-socket-type', env: ['REDIS_PERSECOND_SOCKET_TYPE'], kind: 'string', def: '', help: "tcp or unix; empty = as REDIS_PERSECOND_URL says (a path is a unix socket). Upstream's setting, checked against the URL: a mismatch is refused at start" },
   { key: 'redisPerSecondTimeoutMs', flag: 'redis-persecond-timeout', env: ['REDIS_PERSECOND_TIMEOUT'], kind: 'duration', def: 0, help: 'REDIS_TIMEOUT for the per-second Redis (0 = REDIS_TIMEOUT)' },
-  { key: 'storeDeadlineMs', flag: 'store-deadline', env: ['STORE_DEADLINE'], kind: 'duration', def: 100, help: "longest a decision waits on Redis for callers that give no deadline; with a gRPC deadline (Envoy always sends one) the wait is that deadline minus DEADLINE_MARGIN" },
+  { key: 'storeDeadlineMs', flag: 'store-deadline', env: ['STORE_DEADLINE'], kind: 'duration', def: 100, upstream: { same: 'redisTimeoutMs' }, help: "longest a decision waits on Redis for callers that give no deadline; with a gRPC deadline (Envoy always sends one) the wait is that deadline minus DEADLINE_MARGIN" },
   { key: 'deadlineMarginMs', flag: 'deadline-margin', env: ['DEADLINE_MARGIN'], kind: 'duration', def: 2, help: "kept back from the caller's gRPC deadline for the answer to travel (a tenth of the time left when that is more)" },
   { key: 'breakerFailureRatio', flag: 'breaker-failure-ratio', env: ['BREAKER_FAILURE_RATIO'], kind: 'ratio', def: 0.5, help: 'share of failed or timed-out Redis calls in the window that opens the breaker' },
   { key: 'breakerMinCalls', flag: 'breaker-min-calls', env: ['BREAKER_MIN_CALLS'], kind: 'int', def: 10, help: 'fewest calls in the window before the ratio applies' },
@@ -301,11 +119,11 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'fallbackShare', flag: 'fallback-share', env: ['FALLBACK_SHARE'], kind: 'share', def: 'auto', help: "share of what Redis last said remains that this replica's local fallback may admit: auto = 1 / live replicas (each registers in Redis), or a number 0..1" },
   { key: 'replicaTtlMs', flag: 'replica-ttl', env: ['REPLICA_TTL'], kind: 'duration', def: 5000, help: 'a replica that stops heartbeating to Redis is no longer counted for FALLBACK_SHARE=auto after this' },
   { key: 'degradedHeader', flag: 'degraded-header', env: ['DEGRADED_HEADER'], kind: 'string', def: 'x-ratelimit-degraded', help: 'response header on answers made without Redis' },
-  { key: 'overLimitCacheSize', flag: 'over-limit-cache-size', env: ['OVER_LIMIT_CACHE_SIZE'], kind: 'count', def: 100_000, help: 'keys remembered as over their limit, answered without Redis until they can pass (0 = off; COMPAT_MODE=upstream: 0 unless LOCAL_CACHE_SIZE_IN_BYTES)' },
+  { key: 'overLimitCacheSize', flag: 'over-limit-cache-size', env: ['OVER_LIMIT_CACHE_SIZE'], kind: 'count', def: 100_000, upstream: { value: 0 }, help: 'keys remembered as over their limit, answered without Redis until they can pass (0 = off; COMPAT_MODE=upstream: 0 unless LOCAL_CACHE_SIZE_IN_BYTES)' },
   { key: 'localCacheSizeBytes', flag: 'local-cache-size-in-bytes', env: ['LOCAL_CACHE_SIZE_IN_BYTES'], kind: 'count', def: 0, help: "upstream's local cache size: the over-limit cache sized in bytes, one entry counted as 174 bytes (at least 512 KiB, as upstream's cache library); cannot be combined with OVER_LIMIT_CACHE_SIZE (0 = not given)" },
   { key: 'stopCacheKeyIncrementWhenOverlimit', flag: 'stop-cache-key-increment-when-overlimit', env: ['STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT'], kind: 'bool', def: false, help: 'a request that would go over a limit consumes nothing (sluice\'s all-or-nothing; in COMPAT_MODE=upstream it turns COUNT_DENIED_HITS off); cannot be combined with COUNT_DENIED_HITS=true' },
   { key: 'compatMode', flag: 'compat-mode', env: ['COMPAT_MODE'], kind: 'enum', def: 'native', choices: ['native', 'upstream'], help: "native (sluice's defaults) or upstream: envoyproxy/ratelimit's answers (denied hits counted, no Retry-After, waits on Redis up to REDIS_TIMEOUT, no automatic leases, over-limit cache only with LOCAL_CACHE_SIZE_IN_BYTES); settings given explicitly still win" },
-  { key: 'leaseAutoThreshold', flag: 'lease-auto-threshold', env: ['LEASE_AUTO_THRESHOLD'], kind: 'count', def: 1000, help: 'requests per second for one key at this replica above which it is served from leases (0 = only rules with lease)' },
+  { key: 'leaseAutoThreshold', flag: 'lease-auto-threshold', env: ['LEASE_AUTO_THRESHOLD'], kind: 'count', def: 1000, upstream: { value: 0 }, help: 'requests per second for one key at this replica above which it is served from leases (0 = only rules with lease)' },
   { key: 'leaseAutoShare', flag: 'lease-auto-share', env: ['LEASE_AUTO_SHARE'], kind: 'ratio', def: 0.02, help: "units per automatic lease, as a share of the key's limit (at least 1)" },
   { key: 'leaseTtlMs', flag: 'lease-ttl', env: ['LEASE_TTL'], kind: 'duration', def: 1000, help: 'a lease gives back its unused units after this (a window lease at the latest when its window ends)' },
   { key: 'leaseLowWater', flag: 'lease-low-water', env: ['LEASE_LOW_WATER'], kind: 'ratio', def: 0.25, help: 'a lease refills in the background below this share of its size' },
@@ -319,7 +137,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'replicaLeaseHorizonMs', flag: 'replica-lease-horizon', env: ['REPLICA_LEASE_HORIZON'], kind: 'duration', def: 500, help: "multi-region: each replica leases this much of its own demand for a key from the region's allowance and answers from it without the regional Redis (0 = every decision on the regional Redis)" },
   { key: 'globalLeaseTtlMs', flag: 'global-lease-ttl', env: ['GLOBAL_LEASE_TTL'], kind: 'duration', def: 10_000, help: 'units a region leased and has not used go back to the global budget after this (a window lease ends with its window)' },
   { key: 'globalTimeoutMs', flag: 'global-timeout', env: ['GLOBAL_TIMEOUT'], kind: 'duration', def: 1000, help: 'a call to the global Redis unanswered this long counts as failed; two failures in a row mean a partition' },
-  { key: 'countDeniedHits', flag: 'count-denied-hits', env: ['COUNT_DENIED_HITS'], kind: 'bool', def: false, help: "upstream counting: hits are counted even when the answer is OVER_LIMIT" },
+  { key: 'countDeniedHits', flag: 'count-denied-hits', env: ['COUNT_DENIED_HITS'], kind: 'bool', def: false, upstream: { not: 'stopCacheKeyIncrementWhenOverlimit' }, help: "upstream counting: hits are counted even when the answer is OVER_LIMIT" },
   { key: 'globalShadowMode', flag: 'shadow-mode', env: ['SHADOW_MODE'], kind: 'bool', def: false, help: 'never answer OVER_LIMIT overall (statuses still show it)' },
   { key: 'globalQuotaMode', flag: 'quota-mode', env: ['QUOTA_MODE'], kind: 'bool', def: false, help: 'treat every rule as quota_mode' },
   { key: 'nearLimitRatio', flag: 'near-limit-ratio', env: ['NEAR_LIMIT_RATIO'], kind: 'ratio', def: 0.8, help: 'share of a limit above which hits count as near_limit' },
@@ -329,7 +147,7 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'headerLimit', flag: 'limit-limit-header', env: ['LIMIT_LIMIT_HEADER'], kind: 'string', def: 'RateLimit-Limit', help: 'name of the limit header' },
   { key: 'headerRemaining', flag: 'limit-remaining-header', env: ['LIMIT_REMAINING_HEADER'], kind: 'string', def: 'RateLimit-Remaining', help: 'name of the remaining header' },
   { key: 'headerReset', flag: 'limit-reset-header', env: ['LIMIT_RESET_HEADER'], kind: 'string', def: 'RateLimit-Reset', help: 'name of the reset header' },
-  { key: 'retryAfterEnabled', flag: 'retry-after-header', env: ['RETRY_AFTER_HEADER_ENABLED'], kind: 'bool', def: true, help: 'add Retry-After (seconds) to OVER_LIMIT responses' },
+  { key: 'retryAfterEnabled', flag: 'retry-after-header', env: ['RETRY_AFTER_HEADER_ENABLED'], kind: 'bool', def: true, upstream: { value: false }, help: 'add Retry-After (seconds) to OVER_LIMIT responses' },
   { key: 'headerRetryAfter', flag: 'retry-after-header-name', env: ['RETRY_AFTER_HEADER'], kind: 'string', def: 'Retry-After', help: 'name of the retry-after header' },
   { key: 'cacheKeyPrefix', flag: 'cache-key-prefix', env: ['CACHE_KEY_PREFIX'], kind: 'string', def: 'sluice:', help: 'prefix of every counter key' },
   { key: 'keyHashSecret', flag: 'key-hash-secret', env: ['KEY_HASH_SECRET'], kind: 'string', def: '', help: 'HMAC secret for hashed key values; secret, never logged' },
@@ -358,342 +176,10 @@ export const SETTINGS: readonly Spec[] = [
   { key: 'otlpEndpoint', flag: 'otlp-endpoint', env: ['OTEL_EXPORTER_OTLP_ENDPOINT'], kind: 'string', def: '', help: 'OTLP collector base URL, e.g. http://collector:4318 (default http://localhost:4318, or http://localhost:4317 for grpc); http:// is plaintext, https:// TLS' },
   { key: 'otlpTracesEndpoint', flag: 'otlp-traces-endpoint', env: ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT'], kind: 'string', def: '', help: 'full URL spans are sent to, used as given (wins over OTEL_EXPORTER_OTLP_ENDPOINT)' },
   { key: 'otlpHeaders', flag: 'otlp-headers', env: ['OTEL_EXPORTER_OTLP_HEADERS'], kind: 'string', def: '', help: 'headers (gRPC metadata) on every export, k1=v1,k2=v2 with URL-encoded values; redacted in logs and /settings' },
-];
+] as const satisfies readonly Row[];
 
-export class SettingsError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'SettingsError';
-  }
+export const SETTINGS: readonly Spec[] = TABLE as readonly Spec[];
+
+export function specOf(key: string): Spec {
+  return SETTINGS.find((s) => s.key === key)!;
 }
-
-// Other names a value is known by: upstream's LOG_LEVEL=warning, LOG_FORMAT=text (its default).
-const ENUM_ALIASES: Partial<Record<keyof Settings, Record<string, string>>> = {
-  logLevel: { warning: 'warn' },
-  logFormat: { text: 'pretty' },
-};
-
-const TRUE = new Set(['1', 'true', 'yes', 'on']);
-const FALSE = new Set(['0', 'false', 'no', 'off', '']);
-
-function parseValue(spec: Spec, raw: string, origin: string): unknown {
-  const bad = (what: string): never => {
-    throw new SettingsError(`${origin}: ${what}, got '${raw}'`);
-  };
-  switch (spec.kind) {
-    case 'string':
-      return raw;
-    case 'list':
-      return raw.split(',').map((s) => s.trim()).filter((s) => s !== '');
-    case 'bool': {
-      const v = raw.toLowerCase();
-      if (TRUE.has(v)) return true;
-      if (FALSE.has(v)) return false;
-      return bad('expected true or false');
-    }
-    case 'port':
-    case 'count':
-    case 'int': {
-      const n = Number(raw);
-      const max = spec.kind === 'port' ? 65535 : Number.MAX_SAFE_INTEGER;
-      const min = spec.kind === 'int' ? 1 : 0;
-      if (!/^\d+$/.test(raw) || n < min || n > max) return bad(`expected an integer ${min}..${max}`);
-      return n;
-    }
-    case 'auto-int':
-      if (raw.trim().toLowerCase() === 'auto') return 'auto';
-      return parseValue({ ...spec, kind: 'int' }, raw, origin);
-    case 'share':
-      if (raw.trim().toLowerCase() === 'auto') return 'auto';
-      return parseValue({ ...spec, kind: 'ratio' }, raw, origin);
-    case 'ratio': {
-      const n = Number(raw);
-      if (raw.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1) return bad('expected a number between 0 and 1');
-      return n;
-    }
-    case 'duration': {
-      if (/^\d+$/.test(raw)) return Number(raw);
-      try {
-        return parseDuration(raw);
-      } catch (err) {
-        return bad((err as Error).message);
-      }
-    }
-    case 'enum': {
-      const v = ENUM_ALIASES[spec.key]?.[raw.toLowerCase()] ?? raw.toLowerCase();
-      if (!spec.choices?.includes(v)) return bad(`expected one of ${spec.choices?.join(', ')}`);
-      return v;
-    }
-  }
-}
-
-// The upstream runtime layout: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY (the
-// last defaults to "config"), used when no --config is given.
-function runtimeConfigPath(env: NodeJS.ProcessEnv): string | undefined {
-  const root = env.RUNTIME_ROOT;
-  if (root === undefined || root === '') return undefined;
-  return path.join(root, env.RUNTIME_SUBDIRECTORY ?? '', env.RUNTIME_APPDIRECTORY || 'config');
-}
-
-function splitFlags(argv: readonly string[]): Map<string, string[]> {
-  const flags = new Map<string, string[]>();
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i];
-    if (!arg.startsWith('--')) throw new SettingsError(`unexpected argument '${arg}'`);
-    const eq = arg.indexOf('=');
-    const name = eq < 0 ? arg.slice(2) : arg.slice(2, eq);
-    const spec = SETTINGS.find((s) => s.flag === name);
-    if (spec === undefined) throw new SettingsError(`unknown flag --${name} (see sluice --help)`);
-    let value: string;
-    if (eq >= 0) value = arg.slice(eq + 1);
-    else if (spec.kind === 'bool') value = 'true';
-    else if (i + 1 < argv.length) value = argv[++i];
-    else throw new SettingsError(`flag --${name} needs a value`);
-    flags.set(name, [...(flags.get(name) ?? []), value]);
-  }
-  return flags;
-}
-
-export function loadSettings(argv: readonly string[] = [], env: NodeJS.ProcessEnv = process.env): Settings {
-  const flags = splitFlags(argv);
-  const out: Record<string, unknown> = {};
-  // Settings given by flag or environment: COMPAT_MODE changes only the others' defaults.
-  const explicit = new Set<keyof Settings>();
-  const origins: Partial<Record<keyof Settings, string>> = {};
-  for (const spec of SETTINGS) {
-    const given = flags.get(spec.flag);
-    if (given !== undefined) {
-      const values = given.map((v) => parseValue(spec, v, `--${spec.flag}`));
-      out[spec.key] = spec.kind === 'list' ? values.flat() : values[values.length - 1];
-      explicit.add(spec.key);
-      origins[spec.key] = `--${spec.flag}`;
-      continue;
-    }
-    const envName = spec.env.find((name) => env[name] !== undefined);
-    out[spec.key] = envName !== undefined ? parseValue(spec, env[envName] as string, envName) : spec.def;
-    if (envName !== undefined) explicit.add(spec.key);
-    if (envName !== undefined) origins[spec.key] = envName;
-  }
-  const settings = out as unknown as Settings;
-  settings.origins = origins;
-  applyCompatMode(settings, explicit);
-  settings.storeImpliedBy = impliedStore(flags, env);
-  if (settings.storeImpliedBy !== undefined) settings.store = 'redis';
-  validateXds(settings);
-  for (const entry of settings.fallbackDomainPolicies) {
-    if (!/^[^=]+=(local|allow|deny)$/.test(entry)) {
-      throw new SettingsError(`FALLBACK_DOMAIN_POLICIES: expected domain=local|allow|deny, got '${entry}'`);
-    }
-  }
-  validateRegion(settings);
-  validatePerSecond(settings);
-  validateTracing(settings);
-  validatePrometheus(settings);
-  if (settings.grpcTlsClientSan !== '' && (!settings.grpcTls || settings.grpcTlsClientCa === '')) {
-    throw new SettingsError('GRPC_CLIENT_TLS_SAN needs GRPC_SERVER_USE_TLS and GRPC_CLIENT_TLS_CACERT: the name is checked on client certificates verified against that CA');
-  }
-  // Each worker would keep its own counters and admit the whole limit.
-  if (settings.store === 'memory' && typeof settings.workers === 'number' && settings.workers > 1) {
-    throw new SettingsError(`WORKERS=${settings.workers} needs STORE=redis: with STORE=memory each worker would keep its own counters and admit the whole limit (use WORKERS=1, or auto, which is 1 with the memory store)`);
-  }
-  for (const tag of settings.extraTags) {
-    if (!/^[^:]+:.+$/.test(tag)) throw new SettingsError(`EXTRA_TAGS: expected key:value, got '${tag}'`);
-  }
-  if (settings.statsFlushIntervalMs < 1) throw new SettingsError('STATS_FLUSH_INTERVAL must be at least 1ms');
-  if (settings.httpHeadersTimeoutMs < 1 || settings.httpRequestTimeoutMs < settings.httpHeadersTimeoutMs) {
-    throw new SettingsError('HTTP_HEADERS_TIMEOUT must be at least 1ms and HTTP_REQUEST_TIMEOUT at least HTTP_HEADERS_TIMEOUT');
-  }
-  if (settings.configPaths.length === 0 && settings.configType === 'file') {
-    const runtime = runtimeConfigPath(env);
-    if (runtime !== undefined) settings.configPaths = [runtime];
-  }
-  return settings;
-}
-
-// upstream's default store is Redis, so its users (Envoy Gateway among them) set REDIS_URL and no
-// BACKEND_TYPE: with a Redis setting given and no store named, the store is Redis, never a memory
-// store per replica that would each admit the whole limit.
-function impliedStore(flags: Map<string, string[]>, env: NodeJS.ProcessEnv): string | undefined {
-  const store = SETTINGS.find((s) => s.key === 'store')!;
-  if (flags.has(store.flag) || store.env.some((name) => env[name] !== undefined)) return undefined;
-  for (const spec of SETTINGS) {
-    if (!spec.key.startsWith('redis')) continue;
-    if (flags.has(spec.flag)) return `--${spec.flag}`;
-    const name = spec.env.find((n) => env[n] !== undefined && env[n] !== '');
-    if (name !== undefined) return name;
-  }
-  return undefined;
-}
-
-function validateXds(s: Settings): void {
-  for (const entry of s.xdsNodeMetadata) {
-    if (!/^[^=]+=/.test(entry)) throw new SettingsError(`CONFIG_GRPC_XDS_NODE_METADATA: expected key=value, got '${entry}'`);
-  }
-  for (const entry of s.xdsAdditionalHeaders) {
-    // gRPC metadata keys: what grpc-js accepts as a text header (it throws on anything else).
-    const key = entry.split(':')[0].trim();
-    if (!/^[0-9A-Za-z_.-]+:/.test(`${key}:`) || !entry.includes(':') || /-bin$/i.test(key)) {
-      throw new SettingsError(`CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: expected key:value with a key of letters, digits, '-', '_' or '.' (not ending in -bin), got '${key}'`);
-    }
-  }
-  if (s.xdsBackoffInitialMs < 1) throw new SettingsError('XDS_CLIENT_BACKOFF_INITIAL_INTERVAL must be at least 1ms');
-  if (s.xdsBackoffMaxMs < s.xdsBackoffInitialMs) throw new SettingsError('XDS_CLIENT_BACKOFF_MAX_INTERVAL must be at least XDS_CLIENT_BACKOFF_INITIAL_INTERVAL');
-  if ((s.xdsTlsClientCert === '') !== (s.xdsTlsClientKey === '')) {
-    throw new SettingsError('CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together (mTLS to the control plane)');
-  }
-}
-
-// A listen address as Go's net.Listen reads it (upstream's PROMETHEUS_ADDR): ':port' (host '':
-// every interface), 'host:port' or '[ipv6]:port'.
-export function listenAddress(text: string, origin: string): { host: string; port: number } {
-  const m = /^(?:\[([^\]]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(text.trim());
-  if (m === null || Number(m[3]) > 65535) throw new SettingsError(`${origin}: expected :port, host:port or [ipv6]:port, got '${text}'`);
-  return { host: m[1] ?? m[2], port: Number(m[3]) };
-}
-
-function validatePrometheus(s: Settings): void {
-  listenAddress(s.prometheusAddr, 'PROMETHEUS_ADDR');
-  if (!s.prometheusPath.startsWith('/')) throw new SettingsError(`PROMETHEUS_PATH: expected a path starting with '/', got '${s.prometheusPath}'`);
-}
-
-function validateTracing(s: Settings): void {
-  for (const [name, url] of [['OTEL_EXPORTER_OTLP_ENDPOINT', s.otlpEndpoint], ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', s.otlpTracesEndpoint]]) {
-    if (url !== '' && !/^https?:\/\/[^/]/.test(url)) throw new SettingsError(`${name}: expected an http:// or https:// URL, got '${redactRedisUrl(url)}'`);
-  }
-  otlpHeaders(s.otlpHeaders);
-}
-
-// OTEL_EXPORTER_OTLP_HEADERS as the OpenTelemetry SDK reads it: k1=v1,k2=v2, values URL-encoded.
-// Keys are what both an HTTP header and gRPC metadata accept as a text header.
-export function otlpHeaders(text: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const entry of text.split(',')) {
-    if (entry.trim() === '') continue;
-    const eq = entry.indexOf('=');
-    const key = entry.slice(0, Math.max(eq, 0)).trim();
-    // The value is a secret (an authorization header): never part of a message.
-    if (!/^[0-9A-Za-z_.-]+$/.test(key) || /-bin$/i.test(key)) {
-      throw new SettingsError(`OTEL_EXPORTER_OTLP_HEADERS: expected key=value with a key of letters, digits, '-', '_' or '.' (not ending in -bin), got '${key}'`);
-    }
-    try {
-      out[key] = decodeURIComponent(entry.slice(eq + 1).trim());
-    } catch {
-      throw new SettingsError(`OTEL_EXPORTER_OTLP_HEADERS: the value of '${key}' is not valid URL encoding`);
-    }
-  }
-  return out;
-}
-
-// A partition policy: deny, allow, or the share of each limit a cut-off region admits on its own.
-export type PartitionPolicy = { kind: 'deny' } | { kind: 'allow' } | { kind: 'share'; share: number };
-
-export function partitionPolicy(text: string): PartitionPolicy | undefined {
-  const t = text.trim().toLowerCase();
-  if (t === 'deny' || t === 'allow') return { kind: t };
-  const m = /^(\d+(?:\.\d+)?)(%?)$/.exec(t);
-  if (m === null) return undefined;
-  const share = Number(m[1]) / (m[2] === '%' ? 100 : 1);
-  return share > 0 && share <= 1 ? { kind: 'share', share } : undefined;
-}
-
-function validateRegion(s: Settings): void {
-  const policyError = (origin: string, value: string) =>
-    new SettingsError(`${origin}: expected deny, allow or a share such as 50% or 0.5, got '${value}'`);
-  if (partitionPolicy(s.globalPartitionPolicy) === undefined) throw policyError('GLOBAL_PARTITION_POLICY', s.globalPartitionPolicy);
-  for (const entry of s.globalPartitionDomainPolicies) {
-    const eq = entry.lastIndexOf('=');
-    if (eq <= 0 || partitionPolicy(entry.slice(eq + 1)) === undefined) throw policyError('GLOBAL_PARTITION_DOMAIN_POLICIES', entry);
-  }
-  if (s.globalRedisUrl === '') return;
-  if (s.region === '') throw new SettingsError('GLOBAL_REDIS_URL needs REGION: the name of this replica\'s region');
-  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(s.region)) throw new SettingsError(`REGION: expected 1-64 letters, digits, '.', '_' or '-', got '${s.region}'`);
-  if (s.store !== 'redis') throw new SettingsError('GLOBAL_REDIS_URL needs STORE=redis: each region decides on its own Redis (REDIS_URL)');
-  if (s.keyLayout === 'upstream') throw new SettingsError("GLOBAL_REDIS_URL cannot be combined with KEY_LAYOUT=upstream (the global budget is kept in sluice's layout)");
-  if (s.globalRedisType === 'cluster' && s.hashTag === 'none') throw new SettingsError('GLOBAL_REDIS_TYPE=cluster needs KEY_HASH_TAG descriptor or domain: a counter and its regions\' demand must share a slot');
-}
-
-// Upstream's REDIS_SOCKET_TYPE and REDIS_PERSECOND_SOCKET_TYPE, checked against the URL's form:
-// sluice connects as the URL says (a path is a unix socket), so a type that contradicts it is
-// refused rather than ignored.
-function checkSocketType(o: { typeName: string; urlName: string; type: string; url: string; single: boolean; used: boolean }): void {
-  const type = o.type.toLowerCase();
-  if (!['', 'tcp', 'unix'].includes(type)) throw new SettingsError(`${o.typeName}: expected tcp or unix, got '${o.type}'`);
-  const unix = o.url.trim().startsWith('/');
-  if (!o.used || !o.single || type === '' || (type === 'unix') === unix) return;
-  const form = unix ? 'a unix socket path' : 'a network address';
-  throw new SettingsError(`${o.typeName}=${type} but ${o.urlName} is ${form} ('${redactRedisUrl(o.url)}'); set ${unix ? 'unix' : 'tcp'} or leave it empty`);
-}
-
-// REDIS_PERSECOND: what it needs; each Redis' socket type against its URL.
-function validatePerSecond(s: Settings): void {
-  checkSocketType({ typeName: 'REDIS_SOCKET_TYPE', urlName: 'REDIS_URL', type: s.redisSocketType, url: s.redisUrl, single: s.redisType === 'single', used: s.store === 'redis' });
-  if (s.redisPerSecond) {
-    if (s.store !== 'redis') throw new SettingsError('REDIS_PERSECOND needs STORE=redis: per-second limits go to their own Redis, the others to REDIS_URL');
-    if (s.redisPerSecondUrl.trim() === '') throw new SettingsError('REDIS_PERSECOND needs REDIS_PERSECOND_URL: the Redis that counts limits of one second or less');
-    if (s.globalRedisUrl !== '') throw new SettingsError('REDIS_PERSECOND cannot be combined with GLOBAL_REDIS_URL (multi-region keeps every limit on the regional Redis)');
-  }
-  checkSocketType({ typeName: 'REDIS_PERSECOND_SOCKET_TYPE', urlName: 'REDIS_PERSECOND_URL', type: s.redisPerSecondSocketType, url: s.redisPerSecondUrl, single: s.redisPerSecondType === 'single', used: s.redisPerSecond });
-}
-
-// Settings given twice in the environment, under sluice's name and upstream's (HTTP_PORT and
-// PORT, ADMIN_PORT and DEBUG_PORT...), with different values: which one is used, for a start-up
-// warning. The precedence is the table's: a flag, then the names in their order.
-export function conflictingNames(s: Settings, env: NodeJS.ProcessEnv): { names: string[]; used: string; message: string }[] {
-  const out: { names: string[]; used: string; message: string }[] = [];
-  for (const spec of SETTINGS) {
-    const given = spec.env.filter((name) => env[name] !== undefined);
-    if (new Set(given.map((name) => env[name])).size < 2) continue;
-    const used = settingName(s, spec.key);
-    const values = given.map((name) => `${name}=${env[name]}`).join(' and ');
-    out.push({ names: given, used, message: `${values} are both set: ${used} is used${used.startsWith('--') ? ' (a flag wins over the environment)' : ''}` });
-  }
-  return out;
-}
-
-// The name a message should give a setting: the flag or variable the user set it with, else
-// sluice's own environment name.
-export function settingName(s: Settings, key: keyof Settings): string {
-  return s.origins?.[key] ?? SETTINGS.find((spec) => spec.key === key)!.env[0];
-}
-
-export function defaultSettings(overrides: Partial<Settings> = {}): Settings {
-  return { ...loadSettings([], {}), ...overrides };
-}
-
-const SECRET: readonly (keyof Settings)[] = ['redisAuth', 'redisSentinelAuth', 'keyHashSecret', 'globalRedisAuth', 'otlpHeaders', 'redisPerSecondAuth', 'redisPerSecondSentinelAuth'];
-// Other URLs that may carry a user and password.
-const URLS = ['otlpEndpoint', 'otlpTracesEndpoint', 'xdsServerUrl'] as const;
-// Lists of key:value whose values are secrets (an authorization header).
-const SECRET_VALUES: readonly (keyof Settings)[] = ['xdsAdditionalHeaders'];
-
-// A URL (Redis, or any with a user and password: OTLP, xDS) fit for logs and messages: the
-// credentials become [redacted]. They run from after the scheme's '://' (from the start without
-// one) to the last '@', the rule redis-connection.ts parses by, since a password pasted unencoded
-// may itself hold '@', ':', '/' or '//'; a user name (up to the first ':', which a user name
-// cannot hold) stays. In a list (cluster nodes) everything from the first entry to the last '@'
-// is hidden: a password may hold ',' too.
-export function redactRedisUrl(url: string): string {
-  const at = url.lastIndexOf('@');
-  if (at < 0) return url;
-  const scheme = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.exec(url);
-  const start = scheme !== null && scheme[0].length <= at ? scheme[0].length : 0;
-  const colon = url.indexOf(':', start);
-  const keep = colon >= 0 && colon < at ? colon + 1 : start;
-  return `${url.slice(0, keep)}[redacted]${url.slice(at)}`;
-}
-
-// Settings as logged at startup, with secrets (and a password inside REDIS_URL) redacted.
-export function describeSettings(settings: Settings): Record<string, unknown> {
-  const { origins: _origins, ...shown } = settings;
-  const out: Record<string, unknown> = shown;
-  for (const key of SECRET) if (out[key] !== '') out[key] = '[redacted]';
-  for (const key of SECRET_VALUES) out[key] = (settings[key] as string[]).map((e) => `${e.split(':')[0]}:[redacted]`);
-  out.redisUrl = redactRedisUrl(settings.redisUrl);
-  out.globalRedisUrl = redactRedisUrl(settings.globalRedisUrl);
-  out.redisPerSecondUrl = redactRedisUrl(settings.redisPerSecondUrl);
-  for (const key of URLS) out[key] = redactRedisUrl(settings[key]);
-  return out;
-}
-
-// Which of envoyproxy/ratelimit's settings sluice honours, and the start-up warning for the rest.
-export { upstreamSettingsNotRead } from './upstream-settings';
