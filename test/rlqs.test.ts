@@ -13,7 +13,7 @@ import {
 import { RateLimitStrategy_BlanketRule as Blanket } from '../src/gen/envoy/type/v3/ratelimit_strategy';
 import type { Settings } from '../src/settings';
 import { d, type Running, startApp } from './support/app';
-import { type RedisNode, startRedis, stopAll } from './support/redis';
+import { startCluster, startRedis, stopAll } from './support/redis';
 
 // Day-long windows: no test here runs into a window edge.
 const CONFIG = `domain: quota
@@ -107,9 +107,17 @@ async function metric(s: Running, name: string, labels: string): Promise<number>
   return line === undefined ? 0 : Number(line.split(' ').pop());
 }
 
-function suite(store: 'memory' | 'redis'): void {
-  describe(`RLQS on the gRPC port (STORE=${store})`, { timeout: 60_000 }, () => {
-    let redis: RedisNode | undefined;
+// Where the counters live: the same tests run on each.
+type Variant = 'memory' | 'redis' | 'cluster';
+
+async function storeSettings(variant: Variant): Promise<Partial<Settings>> {
+  if (variant === 'memory') return {};
+  if (variant === 'redis') return { store: 'redis', redisUrl: `redis://127.0.0.1:${(await startRedis()).port}` };
+  return { store: 'redis', redisType: 'cluster', redisUrl: `127.0.0.1:${(await startCluster({ replicasPerPrimary: 0 })).nodes[0].port}` };
+}
+
+function suite(store: Variant): void {
+  describe(`RLQS on the gRPC port (${store})`, { timeout: 60_000 }, () => {
     let s: Running;
     let client: RateLimitQuotaServiceClient;
     let dir: string;
@@ -123,13 +131,10 @@ function suite(store: 'memory' | 'redis'): void {
     before(async () => {
       dir = configDir(CONFIG);
       const overrides: Partial<Settings> = { configPaths: [dir], cacheKeyPrefix: `rlqs-${process.pid}-${Date.now()}:` };
-      if (store === 'redis') {
-        redis = await startRedis();
-        Object.assign(overrides, { store: 'redis', redisUrl: `redis://127.0.0.1:${redis.port}` });
-      }
+      Object.assign(overrides, await storeSettings(store));
       s = await startApp(overrides);
       // Ready: a real decision has round-tripped (with Redis, answers before that are the fallback's).
-      const deadline = Date.now() + 10_000;
+      const deadline = Date.now() + 20_000;
       while (s.app.health.status !== 'SERVING' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       assert.equal(s.app.health.status, 'SERVING');
       client = new RateLimitQuotaServiceClient(`127.0.0.1:${s.grpcPort}`, grpc.credentials.createInsecure());
@@ -138,7 +143,7 @@ function suite(store: 'memory' | 'redis'): void {
       for (const q of open) q.call.cancel();
       client.close();
       await s.stop();
-      if (redis !== undefined) await stopAll();
+      if (store !== 'memory') await stopAll();
     });
 
     test("a first report gets a token bucket from the bucket's own limit, with a TTL", async () => {
@@ -239,3 +244,4 @@ function suite(store: 'memory' | 'redis'): void {
 
 suite('memory');
 suite('redis');
+suite('cluster');
