@@ -224,6 +224,7 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       // After the drain, so the last flush counts every answered call.
       await statsd?.close();
       await tracer.shutdown();
+      quota.close();
       await store.close();
       logger.info({ event: 'stopped' }, 'sluice stopped');
     },

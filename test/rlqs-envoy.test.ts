@@ -204,6 +204,9 @@ describe('envoy/envoy-rlqs.yaml: Envoys drawing on one budget through two sluice
       assert.ok(counted <= FREE_LIMIT + allowance, `counted ${counted} > ${FREE_LIMIT} + ${allowance}`);
       assert.ok(count(viaRlqs, 200) >= 1 && count(viaRls, 200) >= 1, 'both kinds of Envoy drew on the budget');
       assert.ok(counted >= FREE_LIMIT, `counted ${counted} < ${FREE_LIMIT}`);
+      // Units reserved for the RLQS Envoy and not used go back (docs/rlqs.md): none of the limit is
+      // stranded in a reservation, the Envoys admit all of it.
+      assert.ok(admitted >= FREE_LIMIT, `admitted ${admitted} < ${FREE_LIMIT}`);
     } finally {
       await rls.stop();
     }

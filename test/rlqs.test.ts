@@ -13,7 +13,7 @@ import {
 import { RateLimitStrategy_BlanketRule as Blanket } from '../src/gen/envoy/type/v3/ratelimit_strategy';
 import type { Settings } from '../src/settings';
 import { d, type Running, startApp } from './support/app';
-import { type RedisNode, startRedis, stopAll } from './support/redis';
+import { startCluster, startRedis, stopAll } from './support/redis';
 
 // Day-long windows: no test here runs into a window edge.
 const CONFIG = `domain: quota
@@ -101,16 +101,38 @@ async function remainingViaRls(s: Running, entries: [string, string][]): Promise
   return r.statuses[0].limitRemaining;
 }
 
+// Polls `read` until `done` says yes (at most 5 s), and returns the last value read: the caller
+// asserts on it, so a value that never comes fails with what was seen.
+async function until<T>(read: () => Promise<T>, done: (v: T) => boolean): Promise<T> {
+  const deadline = Date.now() + 5_000;
+  let v = await read();
+  while (!done(v) && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 50));
+    v = await read();
+  }
+  return v;
+}
+
 async function metric(s: Running, name: string, labels: string): Promise<number> {
   const text = await (await s.http('/metrics')).text();
   const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}}`));
   return line === undefined ? 0 : Number(line.split(' ').pop());
 }
 
-function suite(store: 'memory' | 'redis'): void {
-  describe(`RLQS on the gRPC port (STORE=${store})`, { timeout: 60_000 }, () => {
-    let redis: RedisNode | undefined;
+// Where the counters live: the same tests run on each.
+type Variant = 'memory' | 'redis' | 'cluster';
+
+async function storeSettings(variant: Variant): Promise<Partial<Settings>> {
+  if (variant === 'memory') return {};
+  if (variant === 'redis') return { store: 'redis', redisUrl: `redis://127.0.0.1:${(await startRedis()).port}` };
+  return { store: 'redis', redisType: 'cluster', redisUrl: `127.0.0.1:${(await startCluster({ replicasPerPrimary: 0 })).nodes[0].port}` };
+}
+
+function suite(store: Variant): void {
+  describe(`RLQS on the gRPC port (${store})`, { timeout: 60_000 }, () => {
     let s: Running;
+    // The same store and config, assignments of 1 s: for what happens when they lapse.
+    let short: Running;
     let client: RateLimitQuotaServiceClient;
     let dir: string;
     const open: QuotaStream[] = [];
@@ -123,22 +145,23 @@ function suite(store: 'memory' | 'redis'): void {
     before(async () => {
       dir = configDir(CONFIG);
       const overrides: Partial<Settings> = { configPaths: [dir], cacheKeyPrefix: `rlqs-${process.pid}-${Date.now()}:` };
-      if (store === 'redis') {
-        redis = await startRedis();
-        Object.assign(overrides, { store: 'redis', redisUrl: `redis://127.0.0.1:${redis.port}` });
-      }
+      Object.assign(overrides, await storeSettings(store));
       s = await startApp(overrides);
+      short = await startApp({ ...overrides, rlqsAssignmentTtlMs: 1000 });
       // Ready: a real decision has round-tripped (with Redis, answers before that are the fallback's).
-      const deadline = Date.now() + 10_000;
-      while (s.app.health.status !== 'SERVING' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-      assert.equal(s.app.health.status, 'SERVING');
+      const deadline = Date.now() + 20_000;
+      for (const app of [s, short]) {
+        while (app.app.health.status !== 'SERVING' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+        assert.equal(app.app.health.status, 'SERVING');
+      }
       client = new RateLimitQuotaServiceClient(`127.0.0.1:${s.grpcPort}`, grpc.credentials.createInsecure());
     });
     after(async () => {
       for (const q of open) q.call.cancel();
       client.close();
       await s.stop();
-      if (redis !== undefined) await stopAll();
+      await short.stop();
+      if (store !== 'memory') await stopAll();
     });
 
     test("a first report gets a token bucket from the bucket's own limit, with a TTL", async () => {
@@ -190,6 +213,34 @@ function suite(store: 'memory' | 'redis'): void {
       assert.ok((third.tokens ?? 0) <= (second.tokens ?? 0) + Math.max(0, left - 1), JSON.stringify({ second, third, left }));
     });
 
+    test('units an Envoy was assigned and did not use go back: shown by a report, and when the assignment lapses after its stream ended', async () => {
+      const quota = new RateLimitQuotaServiceClient(`127.0.0.1:${short.grpcPort}`, grpc.credentials.createInsecure());
+      const e = new QuotaStream(quota);
+      const bucket = { tenant: 'unused' };
+      const rls = () => remainingViaRls(short, [['tenant', 'unused']]);
+      try {
+        // 10 requests a second, assignments of 1 s: 10 units.
+        const n = summary((await e.report('quota', [{ bucket, denied: 50, elapsedS: 5 }]))[0]).tokens;
+        assert.equal(n, 10);
+        assert.equal(await rls(), 30 - 10);
+        // It used 3 of them in a second: it is assigned what it uses (3), the other 4 left go back.
+        const renewed = summary((await e.report('quota', [{ bucket, allowed: 3, elapsedS: 1 }]))[0]).tokens;
+        assert.equal(renewed, 3);
+        assert.equal(await until(rls, (r) => r === 30 - 10 + 4), 30 - 10 + 4);
+        // The stream ends with those 3 unused: they come back when the assignment lapses.
+        e.call.end();
+        await e.ended;
+        assert.equal(await until(rls, (r) => r === 30 - 3), 30 - 3);
+        // ... and RLS admits them: exactly the limit minus what the Envoy used.
+        const all = await short.call({ domain: 'quota', descriptors: [{ ...d(['tenant', 'unused']), hitsAddend: 27 }] });
+        assert.equal(all.overallCode, 1);
+        assert.equal(await rls(), 0);
+      } finally {
+        e.call.cancel();
+        quota.close();
+      }
+    });
+
     test('an unlimited rule is ALLOW_ALL; an unknown bucket gets RLQS_UNKNOWN_BUCKET (allow) and is counted', async () => {
       const before = await metric(s, 'sluice_rlqs_unknown_buckets_total', 'domain="quota"');
       const beforeUnknownDomain = await metric(s, 'sluice_rlqs_unknown_buckets_total', 'domain="(unknown)"');
@@ -239,3 +290,4 @@ function suite(store: 'memory' | 'redis'): void {
 
 suite('memory');
 suite('redis');
+suite('cluster');

@@ -92,8 +92,9 @@ describe('Redis and memory stores give identical answers to the same trace', () 
           clock.advance(step.advance);
           if (new Set(step.checks.map((c) => calculateSlot(c.key))).size > 1) multiSlot++;
           const opts = { countDeniedHits: step.countDeniedHits };
-          const { storeTimeMs, ...fromRedis } = await redis.decide(step.checks, opts);
-          assert.equal(storeTimeMs, clock.now());
+          // Both say when they decided, on the one clock (Redis TIME is the manual clock here).
+          const fromRedis = await redis.decide(step.checks, opts);
+          assert.equal(fromRedis.storeTimeMs, clock.now());
           assert.deepEqual(fromRedis, await memory.decide(step.checks, opts), JSON.stringify(step.checks));
         }
         assert.ok(multiSlot > 50, `only ${multiSlot} multi-slot requests`);

@@ -30,4 +30,8 @@ export const fixedWindow: AlgorithmImpl = {
   ttlMs(state: State, spec: LimitSpec, nowMs: number): number {
     return ttlWithin(state[0] + spec.periodMs - nowMs);
   },
+
+  refund(state: State, spec: LimitSpec, hits: number, decidedAtMs: number): State {
+    return state[0] === windowStart(decidedAtMs, spec.periodMs) ? [state[0], Math.max(0, state[1] - hits)] : state;
+  },
 };

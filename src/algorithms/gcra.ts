@@ -59,4 +59,9 @@ export const gcra: AlgorithmImpl = {
   ttlMs(state: State, _spec: LimitSpec, nowMs: number): number {
     return ttlWithin(gcraDebt(state, nowMs));
   },
+
+  refund(state: State, spec: LimitSpec, hits: number, _decidedAtMs: number, nowMs: number): State {
+    if (spec.limit <= 0) return state;
+    return [Math.max(0, gcraDebt(state, nowMs) - hits * interval(spec)), nowMs];
+  },
 };

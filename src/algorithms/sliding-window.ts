@@ -66,4 +66,12 @@ export const slidingWindow: AlgorithmImpl = {
   ttlMs(state: State, spec: LimitSpec, nowMs: number): number {
     return ttlWithin(state[0] + 2 * spec.periodMs - nowMs);
   },
+
+  // The hits' window is the current one, or the previous one (still weighing on the estimate).
+  refund(state: State, spec: LimitSpec, hits: number, decidedAtMs: number): State {
+    const at = windowStart(decidedAtMs, spec.periodMs);
+    if (state[0] === at) return [state[0], Math.max(0, state[1] - hits), state[2]];
+    if (state[0] === at + spec.periodMs) return [state[0], state[1], Math.max(0, state[2] - hits)];
+    return state;
+  },
 };

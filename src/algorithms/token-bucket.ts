@@ -55,4 +55,8 @@ export const tokenBucket: AlgorithmImpl = {
   ttlMs(state: State, spec: LimitSpec, nowMs: number): number {
     return ttlWithin(refillMs(spec.burst - tokensAt(state, spec, nowMs), spec));
   },
+
+  refund(state: State, spec: LimitSpec, hits: number, _decidedAtMs: number, nowMs: number): State {
+    return [Math.min(spec.burst, tokensAt(state, spec, nowMs) + hits), nowMs];
+  },
 };

@@ -63,6 +63,10 @@ export interface AlgorithmImpl {
   decide(state: State | undefined, spec: LimitSpec, hits: number, nowMs: number): Verdict;
   // How long `state` must be kept after `now`; after that it is equivalent to no state at all.
   ttlMs(state: State, spec: LimitSpec, nowMs: number): number;
+  // `state` with `hits` a decision at `decidedAtMs` consumed given back (lua/algorithms.lua's
+  // refund, for the memory store): a window's hits only while their window is counted. (A region's
+  // allowance, read back in store/region/pool.ts, is refunded by Redis only.)
+  refund?(state: State, spec: LimitSpec, hits: number, decidedAtMs: number, nowMs: number): State;
 }
 
 // Float slack for the continuous algorithms: 1/3-request emission intervals and the like must not

@@ -81,8 +81,10 @@ export class MemoryStore implements Store {
     return this.approximate.bytes;
   }
 
+  // The decision says when it was made, on this store's clock: what giveBackUnused() needs.
   async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
-    return this.decideNow(checks, options);
+    const now = this.clock.now();
+    return { ...this.decideAt(checks, options, false, now), storeTimeMs: now };
   }
 
   async peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
@@ -90,7 +92,18 @@ export class MemoryStore implements Store {
   }
 
   decideNow(checks: readonly LimitCheck[], options: DecideOptions, dryRun = false): Decision {
+    return this.decideAt(checks, options, dryRun, this.clock.now());
+  }
+
+  giveBackUnused(check: LimitCheck, units: number, takenAtMs: number): void {
     const now = this.clock.now();
+    const slot = this.slots.get(check.key);
+    const refund = ALGORITHM_IMPLS[check.algorithm].refund;
+    if (units <= 0 || slot === undefined || slot.expiresAt <= now || refund === undefined) return;
+    this.write(check, refund(slot.state, check, units, takenAtMs, now), now);
+  }
+
+  private decideAt(checks: readonly LimitCheck[], options: DecideOptions, dryRun: boolean, now: number): Decision {
     // Limits of one request that share a key see each other's hits, in request order.
     const working = new Map<string, State | undefined>();
     const before: (State | undefined)[] = [];

@@ -58,6 +58,10 @@ export class OverLimitCache implements OverLimitCacheStats {
     this.entries.clear();
   }
 
+  forget(key: string): void {
+    this.entries.delete(key);
+  }
+
   remember(key: string, hits: number, untilMs: number): void {
     if (this.maxEntries <= 0 || hits <= 0) return;
     const existing = this.entries.get(key);

@@ -55,6 +55,10 @@ export class PerSecondSplit implements Store {
     return `${this.main.store.kind}+persecond`;
   }
 
+  giveBackUnused(check: LimitCheck, units: number, takenAtMs: number): void {
+    (isPerSecond(check) ? this.perSecond : this.main).store.giveBackUnused?.(check, units, takenAtMs);
+  }
+
   async decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
     const p = partsOf(checks);
     if (p.perSecond.length === 0) return this.main.store.decide(checks, options);

@@ -38,7 +38,8 @@ export interface Decision<O extends LimitOutcome = LimitOutcome> {
   outcomes: O[];
   // Set when the shared store could not decide and a fallback did ('local' limiter or 'allow').
   degraded?: { policy: DegradedPolicy; reason: string };
-  // The shared store's clock (Redis TIME, ms) when it decided; absent for local decisions.
+  // The store's clock when it decided (Redis TIME, or the memory store's own clock), ms; absent for
+  // decisions made without the store (a fallback's, a lease's).
   storeTimeMs?: number;
 }
 
@@ -73,5 +74,9 @@ export interface Store {
   onReadyChange?(listener: () => void): void;
   // A new config was swapped in: forget what was derived from the old one (cached denials, leases).
   configChanged?(): void;
+  // Gives back `units` of `check`'s counter that the decision at `takenAtMs` (its storeTimeMs)
+  // consumed and nobody used (RLQS reservations). A window's units go back only while that window
+  // is counted. Best effort, in the background (Redis: the refund queue); never fails the caller.
+  giveBackUnused?(check: LimitCheck, units: number, takenAtMs: number): void;
   close(): Promise<void>;
 }

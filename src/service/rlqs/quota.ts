@@ -44,8 +44,13 @@ interface Holding extends Hold {
   // The rule and descriptor the bucket matched; undefined: no rule (the unknown-bucket behaviour).
   entries?: Entry[];
   rule?: RateLimitRule;
-  // Local time its assignment ends at Envoy; the credit is gone then.
+  // Local time its assignment ends at Envoy; what is left of the credit then goes back.
   expiresAt: number;
+  // The store's time of the oldest take still in the credit (the window its units went to), or
+  // undefined when the credit holds units that cannot be given back (taken without the store).
+  takenAtMs?: number;
+  // Gives the credit back when the assignment lapses without a renewal (the stream may be gone).
+  lapse?: NodeJS.Timeout;
   // Makes every assignment a new token bucket at Envoy (see actions.ts).
   assignments: number;
 }
@@ -61,6 +66,7 @@ export class RateLimitQuotaService {
   private readonly streams = new Set<QuotaStream>();
   // Every hold on a bucket, across streams: the Envoys sharing it.
   private readonly groups = new Map<string, Set<Holding>>();
+  private stopped = false;
 
   constructor(private readonly deps: QuotaDeps) {
     this.clock = deps.clock ?? monotonicClock;
@@ -78,6 +84,12 @@ export class RateLimitQuotaService {
   // that changed start over (their units belong to the old counter). Streams stay open.
   configChanged(): void {
     for (const stream of this.streams) stream.configChanged();
+  }
+
+  // The service stops: assignments still out stay consumed (their Envoys use them until their TTL);
+  // nothing is given back to a store that is closing.
+  close(): void {
+    this.stopped = true;
   }
 
   get activeStreams(): number {
@@ -107,6 +119,22 @@ export class RateLimitQuotaService {
     const key = groupKey(h);
     const group = this.groups.get(key);
     if (group?.delete(h) && group.size === 0) this.groups.delete(key);
+  }
+
+  // Units reserved for `h` that its Envoy did not use go back to the counter (RLS can admit them).
+  /** @internal */ giveBack(h: Holding, units: number): void {
+    const config = this.deps.config.config;
+    if (this.stopped || units <= 0 || h.takenAtMs === undefined || h.entries === undefined || config === undefined) return;
+    const check = planRequest(config, descriptorRequest(h, units), this.deps.limiter).checks[0];
+    if (check !== undefined) this.deps.store.giveBackUnused?.(check, units, h.takenAtMs);
+  }
+
+  // The assignment ended at Envoy: what it did not report used goes back.
+  /** @internal */ lapse(h: Holding): void {
+    clearTimeout(h.lapse);
+    h.lapse = undefined;
+    this.giveBack(h, h.credit);
+    h.credit = 0;
   }
 
   // The other live holds on the same bucket (an expired one holds nothing and asks for nothing).
@@ -163,7 +191,8 @@ export class QuotaStream {
   }
 
   // The stream is over (the client closed it, or it failed): its holds leave their buckets. The
-  // units they hold stay consumed: Envoy keeps using them until the assignment's TTL.
+  // units they hold go back only when their assignment lapses: Envoy keeps using them until then
+  // (and reports what it used on its next stream, to this replica or another).
   close(): void {
     this.ended = true;
     for (const h of this.holdings.values()) this.service.leave(h);
@@ -229,7 +258,7 @@ export class QuotaStream {
     h.credit -= usage.allowed;
     const excess = Math.max(0, -h.credit);
     h.credit = Math.max(0, h.credit);
-    if (h.expiresAt <= now) h.credit = 0;
+    if (h.expiresAt <= now) this.service.lapse(h);
     h.rate = reportRate(usage.allowed, usage.denied, usage.elapsedS);
     if (h.rule === undefined) {
       d.events.unknownBucket(label);
@@ -259,7 +288,18 @@ export class QuotaStream {
         want = Math.min(want, taken.outcome.remaining!);
         taken = await this.decide(h, want, false);
       }
-      if (taken.outcome.allowed) h.credit += want;
+      if (taken.outcome.allowed) {
+        // The oldest take names the window: a later window's units given back there are dropped
+        // (fewer admitted, never more).
+        if (h.credit === 0) h.takenAtMs = taken.takenAtMs;
+        else if (taken.takenAtMs === undefined) h.takenAtMs = undefined;
+        h.credit += want;
+      }
+    } else if (want < 0) {
+      // The report shows less use than the Envoy holds (or others need more): the new assignment
+      // replaces the old bucket at Envoy, so the rest goes back now.
+      this.service.giveBack(h, -want);
+      h.credit = target;
     }
     // A fixed window's units are that window's: the assignment ends with it (whole seconds at Envoy,
     // so it may reach into the next window by less than one second).
@@ -271,13 +311,15 @@ export class QuotaStream {
 
   private assign(h: Holding, label: string, action: { pb: PbAction; kind: ActionKind }, now: number, ttlS: number): PbAction {
     h.expiresAt = now + ttlS * 1000;
+    clearTimeout(h.lapse);
+    h.lapse = h.credit > 0 ? setTimeout(() => this.service.lapse(h), ttlS * 1000).unref() : undefined;
     this.service.d.events.action(label, action.kind);
     return action.pb;
   }
 
   // `hits` units of the bucket's counter, all or nothing; `force` writes them even over the limit
   // (Envoy already admitted them). 0 hits only reads the counter.
-  private async decide(h: Holding, hits: number, force: boolean): Promise<{ check: LimitCheck; outcome: LimitOutcome }> {
+  private async decide(h: Holding, hits: number, force: boolean): Promise<{ check: LimitCheck; outcome: LimitOutcome; takenAtMs?: number }> {
     const { d } = this.service;
     const config = d.config.config;
     if (config === undefined) throw new UnavailableError('no rate limit configuration loaded');
@@ -285,7 +327,8 @@ export class QuotaStream {
     const check = plan.checks[0];
     if (check === undefined) throw new UnavailableError('bucket has no counter');
     const decision = await d.store.decide([check], { countDeniedHits: force || d.limiter.countDeniedHits, domain: h.domain });
-    return { check, outcome: decision.outcomes[0] };
+    // Only what the store itself decided can be given back to it (not a fallback's or a lease's).
+    return { check, outcome: decision.outcomes[0], takenAtMs: decision.degraded === undefined ? decision.storeTimeMs : undefined };
   }
 
   configChanged(): void {

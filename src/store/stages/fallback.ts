@@ -87,6 +87,12 @@ export class FallbackStage extends Stage {
     return decision;
   }
 
+  // Units a Redis decision took and nobody used go back the way of every refund: the queue
+  // retries them, recovery drains it before the breaker closes.
+  override giveBackUnused(check: LimitCheck, units: number, takenAtMs: number): void {
+    if (units > 0) this.o.refund([{ key: check.key, ...specOf(check), hits: units, decidedAtMs: takenAtMs }]);
+  }
+
   override async peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
     try {
       return await this.inner.peek(checks, options);

@@ -72,6 +72,12 @@ export class OverLimitCacheStage extends Stage {
     return { ...decision, admitted: false, outcomes };
   }
 
+  // Units came back: the key may pass again before the remembered denial ends.
+  override giveBackUnused(check: LimitCheck, units: number, takenAtMs: number): void {
+    this.cache.forget(check.key);
+    super.giveBackUnused(check, units, takenAtMs);
+  }
+
   override configChanged(): void {
     this.cache.clear();
     this.inner.configChanged?.();

@@ -33,6 +33,10 @@ export abstract class Stage implements Store {
     this.inner.configChanged?.();
   }
 
+  giveBackUnused(check: LimitCheck, units: number, takenAtMs: number): void {
+    this.inner.giveBackUnused?.(check, units, takenAtMs);
+  }
+
   close(): Promise<void> {
     return this.inner.close();
   }
