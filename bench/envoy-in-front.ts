@@ -192,6 +192,8 @@ async function measureService(name: string, start: (redis: RedisNode) => Promise
     // Both Envoy workers connected to both replicas before the counts; new connections are row 4's.
     await s.client.burst(Array(BURST).fill('internal'));
     await s.client.burst(Array(BURST).fill(`warm-${run}`));
+    // A second of traffic more, so that the rows measure a warm service (unlimited tenant).
+    await s.client.paced(scale.rate, scale.rate, () => 'internal');
     await awayFromWindowEdge(MINUTE_MS, 5_000);
     step('burst');
     const burst = await counted(s, () => s.client.burst(Array(BURST).fill(`free-${run}`)));
