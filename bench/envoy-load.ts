@@ -53,9 +53,12 @@ export function statusCount(answers: readonly Answer[], pred: (status: number) =
   return answers.filter((a) => pred(a.status)).length;
 }
 
+// Spins, and exits once its parent is gone: a bench killed midway leaves no core burning.
+const BURN = 'const p = process.ppid; for (;;) { const t = Date.now() + 100; while (Date.now() < t); if (process.ppid !== p) process.exit(); }';
+
 // "Other work" on the machine: one process spinning on a core until stopped.
 export function startCpuBurner(): { stop(): Promise<void> } {
-  const child: ChildProcess = spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' });
+  const child: ChildProcess = spawn(process.execPath, ['-e', BURN], { stdio: 'ignore' });
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
   return {
     async stop() {
