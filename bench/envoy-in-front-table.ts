@@ -19,11 +19,14 @@ export interface EnvoyScale {
   // Requests of the paced row while a CPU burner runs; burner false leaves both burner rows out.
   burnerSteady: number;
   burner: boolean;
+  // Each replica's serving processes: sluice's --workers, upstream's GOMAXPROCS ('auto': the cores).
+  workers: string;
 }
 
 // BENCH_ENVOY_SCALE (default 1: 4,800 steady requests, 5 Envoy starts, 7,000 requests beside the
 // burner) scales the request counts; BENCH_ENVOY_RATE (default 800) is the paced rate;
-// BENCH_ENVOY_BURNER=0 leaves the burner rows out.
+// BENCH_ENVOY_BURNER=0 leaves the burner rows out; BENCH_ENVOY_WORKERS (default auto) sets each
+// replica's processes (sluice) or threads (upstream).
 export function envoyScale(env: NodeJS.ProcessEnv = process.env): EnvoyScale {
   const positive = (name: string, def: number) => {
     const raw = env[name];
@@ -34,6 +37,8 @@ export function envoyScale(env: NodeJS.ProcessEnv = process.env): EnvoyScale {
   const scale = positive('BENCH_ENVOY_SCALE', 1);
   const burner = env.BENCH_ENVOY_BURNER ?? '1';
   if (burner !== '0' && burner !== '1') throw new Error(`BENCH_ENVOY_BURNER=${burner}: expected 0 or 1`);
+  const workers = env.BENCH_ENVOY_WORKERS ?? 'auto';
+  if (!/^(auto|[1-9]\d*)$/.test(workers)) throw new Error(`BENCH_ENVOY_WORKERS=${workers}: expected auto or a whole number above 0`);
   return {
     scale,
     rate: positive('BENCH_ENVOY_RATE', 800),
@@ -41,6 +46,7 @@ export function envoyScale(env: NodeJS.ProcessEnv = process.env): EnvoyScale {
     starts: Math.max(1, Math.round(5 * scale)),
     burnerSteady: Math.max(BURST, Math.round(7_000 * scale)),
     burner: burner === '1',
+    workers,
   };
 }
 

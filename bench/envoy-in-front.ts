@@ -46,8 +46,8 @@ interface Backend {
   stop(): Promise<void>;
 }
 
-async function startSluice(root: string, redis: RedisNode): Promise<Backend> {
-  const args = ['--config', path.join(root, 'bench', 'config'), '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`];
+async function startSluice(root: string, redis: RedisNode, workers: string): Promise<Backend> {
+  const args = ['--config', path.join(root, 'bench', 'config'), '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--workers', workers];
   // One after the other: started together, on a busy 2-core machine, each of their worker
   // processes could miss spawnServer's time to say it listens.
   const replicas: ServerProcess[] = [];
@@ -70,9 +70,11 @@ async function startSluice(root: string, redis: RedisNode): Promise<Backend> {
   };
 }
 
-async function startUpstreamPair(binary: string, root: string, redis: RedisNode): Promise<Backend> {
-  // As many Go threads as sluice has workers (WORKERS=auto: one per core).
-  const env = { GOMAXPROCS: String(os.cpus().length) };
+// As many Go threads as sluice has workers (auto: one per core).
+const goMaxProcs = (workers: string) => (workers === 'auto' ? String(os.cpus().length) : workers);
+
+async function startUpstreamPair(binary: string, root: string, redis: RedisNode, workers: string): Promise<Backend> {
+  const env = { GOMAXPROCS: goMaxProcs(workers) };
   const replicas: Running[] = [];
   for (let i = 0; i < REPLICAS; i++) replicas.push(await startUpstream('upstream', binary, root, redis.port, false, env));
   return {
@@ -236,22 +238,22 @@ export async function envoyInFrontBench(scale: EnvoyScale): Promise<EnvoyInFront
   await new Promise<void>((resolve) => app.listen(0, '127.0.0.1', resolve));
   const appPort = (app.address() as AddressInfo).port;
   try {
-    const sluice = await measureService('sluice', (redis) => startSluice(root, redis), appPort, scale);
+    const sluice = await measureService('sluice', (redis) => startSluice(root, redis, scale.workers), appPort, scale);
     let upstream: Figures | string = UPSTREAM_MISSING;
     let install = '';
     if (goAvailable()) {
       try {
         const bin = upstreamBinary();
         install = bin.install;
-        upstream = await measureService('upstream', (redis) => startUpstreamPair(bin.binary, root, redis), appPort, scale);
+        upstream = await measureService('upstream', (redis) => startUpstreamPair(bin.binary, root, redis, scale.workers), appPort, scale);
       } catch (err) {
         upstream = `failed: ${(err as Error).message.split('\n')[0]}`;
       }
     }
     const commands = [
       `${envoyBin} -c <envoy/envoy.yaml, addresses rewritten> --disable-hot-restart --concurrency 2 (test/support/envoy.ts startEnvoy)`,
-      `sluice x${REPLICAS}: node dist/src/main.js serve --config <dir>/bench/config --store redis --redis-url 127.0.0.1:<port> (WORKERS=auto: ${os.cpus().length})`,
-      `upstream x${REPLICAS}: GOMAXPROCS=${os.cpus().length} BACKEND_TYPE=redis REDIS_URL=127.0.0.1:<port> RUNTIME_ROOT=<dir> RUNTIME_SUBDIRECTORY=bench service_cmd${install ? ` (${install})` : ''}`,
+      `sluice x${REPLICAS}: node dist/src/main.js serve --config <dir>/bench/config --store redis --redis-url 127.0.0.1:<port> --workers ${scale.workers}`,
+      `upstream x${REPLICAS}: GOMAXPROCS=${goMaxProcs(scale.workers)} BACKEND_TYPE=redis REDIS_URL=127.0.0.1:<port> RUNTIME_ROOT=<dir> RUNTIME_SUBDIRECTORY=bench service_cmd${install ? ` (${install})` : ''}`,
       'rules: BENCH_RULES in bench/envoy-in-front.ts (the same file for both); clients: HTTP/1.1 GET / with x-tenant-id (bench/envoy-load.ts)',
     ];
     return { sluice, upstream, commands };

@@ -44,11 +44,13 @@ describe('bench: Envoy in front', () => {
   });
 
   test('knobs: defaults, a short run, and a bad value named', () => {
-    assert.deepEqual(envoyScale({}), { scale: 1, rate: 800, steady: 4800, starts: 5, burnerSteady: 7000, burner: true });
-    assert.deepEqual(envoyScale({ BENCH_ENVOY_SCALE: '0.1', BENCH_ENVOY_BURNER: '0' }), { scale: 0.1, rate: 800, steady: 480, starts: 1, burnerSteady: 700, burner: false });
+    assert.deepEqual(envoyScale({}), { scale: 1, rate: 800, steady: 4800, starts: 5, burnerSteady: 7000, burner: true, workers: 'auto' });
+    assert.deepEqual(envoyScale({ BENCH_ENVOY_SCALE: '0.1', BENCH_ENVOY_BURNER: '0' }), { scale: 0.1, rate: 800, steady: 480, starts: 1, burnerSteady: 700, burner: false, workers: 'auto' });
     assert.throws(() => envoyScale({ BENCH_ENVOY_SCALE: 'fast' }), /^Error: BENCH_ENVOY_SCALE=fast: expected a number above 0$/);
     assert.throws(() => envoyScale({ BENCH_ENVOY_RATE: '0' }), /BENCH_ENVOY_RATE=0/);
     assert.throws(() => envoyScale({ BENCH_ENVOY_BURNER: 'yes' }), /BENCH_ENVOY_BURNER=yes: expected 0 or 1/);
+    assert.equal(envoyScale({ BENCH_ENVOY_WORKERS: '1' }).workers, '1');
+    assert.throws(() => envoyScale({ BENCH_ENVOY_WORKERS: '0' }), /BENCH_ENVOY_WORKERS=0: expected auto or a whole number above 0/);
   });
 
   test("the table: Envoy's counters for each service side by side", () => {
