@@ -70,6 +70,8 @@ export interface Measured {
   envoy: FilterCounts;
   // sluice's decisions made without Redis during the row; undefined: the service counts none.
   degraded?: number;
+  // CPU the service's processes used during the row (both replicas, every worker), ms.
+  cpuMs?: number;
 }
 
 export interface Figures {
@@ -92,6 +94,7 @@ export function sumMeasured(parts: readonly Measured[]): Measured {
     withHeaders: a.withHeaders + b.withHeaders,
     envoy: { ok: a.envoy.ok + b.envoy.ok, over_limit: a.envoy.over_limit + b.envoy.over_limit, error: a.envoy.error + b.envoy.error, failure_mode_allowed: a.envoy.failure_mode_allowed + b.envoy.failure_mode_allowed },
     degraded: a.degraded === undefined || b.degraded === undefined ? undefined : a.degraded + b.degraded,
+    cpuMs: a.cpuMs === undefined || b.cpuMs === undefined ? undefined : a.cpuMs + b.cpuMs,
   });
   return parts.reduce(add);
 }
@@ -107,6 +110,7 @@ function counters(m: Measured): string {
   if (unasked > 0) notes.push(`${fmt(unasked)} not asked`);
   if (m.noAnswer > 0) notes.push(`${fmt(m.noAnswer)} unanswered`);
   if (m.degraded) notes.push(`${fmt(m.degraded)} decided without Redis`);
+  if (m.cpuMs !== undefined && m.n > 0) notes.push(`service CPU ${fmt((m.cpuMs * 1000) / m.n)} µs/request`);
   return notes.join(', ');
 }
 

@@ -9,8 +9,10 @@ import { type RedisNode, startRedis } from '../test/support/redis';
 import { awayFromWindowEdge } from '../test/support/time';
 import { type Answer, EnvoyClient, startCpuBurner } from './envoy-load';
 import { BURNER_BURST, BURST, type EnvoyScale, type Figures, FREE_LIMIT, type FilterCounts, type Measured, PER_TENANT, sumMeasured } from './envoy-in-front-table';
+import { processCpuSeconds } from './cpu';
 import { metricSum, waitReady } from './fleet';
 import { goAvailable, type Running, startUpstream, UPSTREAM_MISSING, upstreamBinary } from './peer';
+import { childrenOf } from './process-memory';
 
 // "Envoy in front" (`BENCH_SECTIONS=envoy-in-front npm run bench`, issue 36): the shipped
 // envoy/envoy.yaml, its addresses and nothing else rewritten (test/support/envoy.ts), in front of
@@ -43,7 +45,21 @@ interface Backend {
   degraded(): Promise<number | undefined>;
   // Whether an answer shows the service has noticed Redis is gone.
   outageNoticed(answer: Answer, envoyErrors: number): boolean;
+  // CPU seconds its processes (sluice: primaries and their workers) used so far.
+  cpuSeconds(): number;
   stop(): Promise<void>;
+}
+
+function treeCpuSeconds(pids: readonly number[]): number {
+  let sum = 0;
+  for (const pid of pids) {
+    try {
+      for (const p of [pid, ...childrenOf(pid)]) sum += processCpuSeconds(p);
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return sum;
 }
 
 async function startSluice(root: string, redis: RedisNode, workers: string): Promise<Backend> {
@@ -66,6 +82,7 @@ async function startSluice(root: string, redis: RedisNode, workers: string): Pro
     },
     // sluice marks what its fallback decided; before that it answers UNAVAILABLE for a moment.
     outageNoticed: (answer) => answer.headers['x-ratelimit-degraded'] === 'true',
+    cpuSeconds: () => treeCpuSeconds(replicas.map((r) => r.child.pid!)),
     stop: async () => void (await Promise.all(replicas.map((r) => r.stop()))),
   };
 }
@@ -82,6 +99,7 @@ async function startUpstreamPair(binary: string, root: string, redis: RedisNode,
     degraded: async () => undefined,
     // Upstream has no fallback: every decision fails, and Envoy counts an error.
     outageNoticed: (_answer, envoyErrors) => envoyErrors > 0,
+    cpuSeconds: () => treeCpuSeconds(replicas.map((r) => r.pid)),
     stop: async () => void (await Promise.all(replicas.map(stopOrKill))),
   };
 }
@@ -114,8 +132,9 @@ interface Stage {
 
 // What Envoy counted and its clients got while `work` ran (nothing else goes through meanwhile).
 async function counted(s: Stage, work: () => Promise<Answer[]>): Promise<Measured> {
-  const [c0, d0] = [await filterCounts(s.envoy), await s.backend.degraded()];
+  const [c0, d0, cpu0] = [await filterCounts(s.envoy), await s.backend.degraded(), s.backend.cpuSeconds()];
   const answers = await work();
+  const cpu1 = s.backend.cpuSeconds();
   const [c1, d1] = [await filterCounts(s.envoy), await s.backend.degraded()];
   const envoy = Object.fromEntries(Object.entries(c1).map(([k, v]) => [k, v - c0[k as keyof FilterCounts]])) as unknown as FilterCounts;
   const with_ = (pred: (a: Answer) => boolean) => answers.filter(pred).length;
@@ -128,6 +147,7 @@ async function counted(s: Stage, work: () => Promise<Answer[]>): Promise<Measure
     withHeaders: with_((a) => a.headers['x-ratelimit-limit'] !== undefined),
     envoy,
     degraded: d0 === undefined || d1 === undefined ? undefined : d1 - d0,
+    cpuMs: (cpu1 - cpu0) * 1000,
   };
 }
 

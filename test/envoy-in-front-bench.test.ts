@@ -23,7 +23,7 @@ const measured = (over: Partial<Measured>): Measured => ({
 
 const figures: Figures = {
   burst: measured({ s200: 10, s429: 30, withHeaders: 40, envoy: { ok: 10, over_limit: 30, error: 0, failure_mode_allowed: 0 }, degraded: 0 }),
-  steady: measured({ n: 4800, s200: 4800, envoy: { ok: 4797, over_limit: 0, error: 3, failure_mode_allowed: 3 }, degraded: 0 }),
+  steady: measured({ n: 4800, s200: 4800, envoy: { ok: 4797, over_limit: 0, error: 3, failure_mode_allowed: 3 }, degraded: 0, cpuMs: 720 }),
   firstDecisions: measured({ n: 200, s200: 200, envoy: { ok: 197, over_limit: 0, error: 3, failure_mode_allowed: 3 } }),
   burnerBurst: measured({ n: 60, s200: 60, envoy: { ok: 58, over_limit: 0, error: 2, failure_mode_allowed: 2 } }),
   burnerSteady: measured({ n: 7000, s200: 6990, envoy: { ok: 6900, over_limit: 0, error: 60, failure_mode_allowed: 60 }, noAnswer: 1 }),
@@ -58,7 +58,7 @@ describe('bench: Envoy in front', () => {
     assert.equal(lines.length, 2 + 6);
     const cells = (i: number) => lines[i].split(' | ').slice(1).map((c) => c.replace(/ \|$/, ''));
     assert.deepEqual(cells(2), Array(2).fill('10 × 200, 30 × 429, x-ratelimit headers on 40 (ok 10 / over_limit 30 / error 0)'));
-    assert.deepEqual(cells(3), Array(2).fill('ok 4,797 / over_limit 0 / error 3'));
+    assert.deepEqual(cells(3), Array(2).fill('ok 4,797 / over_limit 0 / error 3, service CPU 150 µs/request'));
     assert.match(lines[4], /\| 7 of 40, 0 × 5xx \(ok 7 \/ over_limit 33 \/ error 0, 40 decided without Redis\) \|/);
     assert.match(lines[5], /^\| first decisions .*5 Envoy starts × 40 requests.* \| 3 of 200 missed \(ok 197/);
     assert.match(lines[7], /\| 60 of 7,000 missed \(ok 6,900 \/ over_limit 0 \/ error 60, 40 not asked, 1 unanswered\) \|/);
