@@ -99,6 +99,7 @@ export function sumMeasured(parts: readonly Measured[]): Measured {
   return parts.reduce(add);
 }
 
+const CPU_MIN_REQUESTS = 500;
 const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
 
 // Envoy's own counters, then what else happened: requests the RLS filter never saw (Envoy's
@@ -110,7 +111,8 @@ function counters(m: Measured): string {
   if (unasked > 0) notes.push(`${fmt(unasked)} not asked`);
   if (m.noAnswer > 0) notes.push(`${fmt(m.noAnswer)} unanswered`);
   if (m.degraded) notes.push(`${fmt(m.degraded)} decided without Redis`);
-  if (m.cpuMs !== undefined && m.n > 0) notes.push(`service CPU ${fmt((m.cpuMs * 1000) / m.n)} µs/request`);
+  // /proc counts CPU in 10 ms ticks: a burst of a few dozen requests would read as 0 or 500 µs each.
+  if (m.cpuMs !== undefined && m.n >= CPU_MIN_REQUESTS) notes.push(`service CPU ${fmt((m.cpuMs * 1000) / m.n)} µs/request`);
   return notes.join(', ');
 }
 

@@ -22,7 +22,7 @@ const measured = (over: Partial<Measured>): Measured => ({
 });
 
 const figures: Figures = {
-  burst: measured({ s200: 10, s429: 30, withHeaders: 40, envoy: { ok: 10, over_limit: 30, error: 0, failure_mode_allowed: 0 }, degraded: 0 }),
+  burst: measured({ s200: 10, s429: 30, withHeaders: 40, envoy: { ok: 10, over_limit: 30, error: 0, failure_mode_allowed: 0 }, degraded: 0, cpuMs: 10 }),
   steady: measured({ n: 4800, s200: 4800, envoy: { ok: 4797, over_limit: 0, error: 3, failure_mode_allowed: 3 }, degraded: 0, cpuMs: 720 }),
   firstDecisions: measured({ n: 200, s200: 200, envoy: { ok: 197, over_limit: 0, error: 3, failure_mode_allowed: 3 } }),
   burnerBurst: measured({ n: 60, s200: 60, envoy: { ok: 58, over_limit: 0, error: 2, failure_mode_allowed: 2 } }),
