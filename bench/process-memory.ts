@@ -33,7 +33,7 @@ function statusOf(pid: number): { rss: number; anon: number } {
   return { rss: kb('VmRSS'), anon: kb('RssAnon') };
 }
 
-function childrenOf(pid: number): number[] {
+export function childrenOf(pid: number): number[] {
   const text = fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim();
   return text === '' ? [] : text.split(/\s+/).map(Number);
 }

@@ -6,6 +6,8 @@ import { decisionsChart } from './chart';
 import { upstreamIntegration } from './compat';
 import { connectionsBench, connectionsScale, connectionsTable, setupTable } from './connections';
 import { type DecisionRow, decisionsBench } from './decisions';
+import { envoyInFrontBench } from './envoy-in-front';
+import { envoyInFrontTable, envoyScale } from './envoy-in-front-table';
 import { firstCallBench, firstCallTable } from './first-call';
 import { fleetBench } from './fleet';
 import { grpcImplBench, grpcImplTable } from './grpc-impl';
@@ -22,8 +24,8 @@ const PEER_CHART = path.resolve(__dirname, '../../docs/peer.svg');
 const REGIONS_CHART = path.resolve(__dirname, '../../docs/multi-region.svg');
 
 // Only the sections named in BENCH_SECTIONS (comma-separated: micro, memory, process-memory, redis-memory,
-// decisions, fleet, peer, regions, wake, tracing, connections, first-call, grpc-impl, attacks,
-// compat) run; all by default.
+// decisions, fleet, peer, regions, wake, tracing, connections, first-call, envoy-in-front, grpc-impl,
+// attacks, compat) run; all by default.
 function wanted(section: string): boolean {
   const only = process.env.BENCH_SECTIONS;
   return only === undefined || only.split(',').map((s) => s.trim()).includes(section);
@@ -147,6 +149,7 @@ async function main(): Promise<void> {
     for (const n of f.notes) console.log(`  ${n}`);
     console.log(firstCallTable(f.rows));
   }
+  if (wanted('envoy-in-front')) await envoyInFrontSection();
   if (wanted('grpc-impl')) {
     console.log(`\nsluice on grpc-js vs its own gRPC server on node:http2 and on its own HTTP/2 (GRPC_SERVER_IMPL), same Redis and requests; ${fmt(requests)} requests a row, best of 2 alternating rounds:`);
     const g = await grpcImplBench(requests);
@@ -191,6 +194,26 @@ async function main(): Promise<void> {
     for (const line of r.lines) console.log(`  ${line}`);
     if (r.code !== 0) console.log(`  (the script exited ${r.code}: see its lines above)`);
   }
+}
+
+async function envoyInFrontSection(): Promise<void> {
+  let scale: ReturnType<typeof envoyScale>;
+  try {
+    scale = envoyScale();
+  } catch (err) {
+    console.error(`\nenvoy-in-front: ${(err as Error).message}`);
+    process.exitCode = 2;
+    return;
+  }
+  const knobs = `${scale.scale === 1 ? '' : `BENCH_ENVOY_SCALE=${scale.scale} `}${scale.burner ? '' : 'BENCH_ENVOY_BURNER=0 '}${scale.workers === 'auto' ? '' : `BENCH_ENVOY_WORKERS=${scale.workers} `}`;
+  console.log(`\nEnvoy in front (bench/envoy-in-front.ts): envoy/envoy.yaml, addresses rewritten only, in front of 2 sluice replicas on one Redis, then of 2 envoyproxy/ratelimit replicas on another; Envoy's own counters (cluster.upstream.ratelimit.*, admin /stats) per row:`);
+  console.log(`  BENCH_SECTIONS=envoy-in-front ${knobs}npm run bench`);
+  const r = await envoyInFrontBench(scale);
+  if (typeof r === 'string') return console.log(`  ${r}`);
+  for (const c of r.commands) console.log(`  ${c}`);
+  if (typeof r.upstream === 'string') console.log(`  upstream column left out: ${r.upstream}`);
+  console.log('');
+  console.log(envoyInFrontTable(scale, r.sluice, r.upstream));
 }
 
 // The README's table: one row per measurement, ratios to the empty handler of the same requests.

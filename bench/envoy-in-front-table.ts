@@ -1,0 +1,155 @@
+// The "Envoy in front" section's knobs and table (bench/envoy-in-front.ts measures): plain data
+// and strings, so that a test can check them without starting anything.
+
+// examples/config/edge.yaml's tenant_free: 10 a minute, fixed window.
+export const FREE_LIMIT = 10;
+export const BURST = 40;
+export const BURNER_BURST = 60;
+// Steady load: each tenant gets this many requests, under its limit in any window, so every
+// decision Redis makes is OK.
+export const PER_TENANT = 6;
+
+export interface EnvoyScale {
+  scale: number;
+  // Requests per second of the paced rows.
+  rate: number;
+  steady: number;
+  // Envoy starts of the first-decisions row, BURST requests after each.
+  starts: number;
+  // Requests of the paced row while a CPU burner runs; burner false leaves both burner rows out.
+  burnerSteady: number;
+  burner: boolean;
+  // Each replica's serving processes: sluice's --workers, upstream's GOMAXPROCS ('auto': the cores).
+  workers: string;
+}
+
+// BENCH_ENVOY_SCALE (default 1: 4,800 steady requests, 5 Envoy starts, 7,000 requests beside the
+// burner) scales the request counts; BENCH_ENVOY_RATE (default 800) is the paced rate;
+// BENCH_ENVOY_BURNER=0 leaves the burner rows out; BENCH_ENVOY_WORKERS (default auto) sets each
+// replica's processes (sluice) or threads (upstream).
+export function envoyScale(env: NodeJS.ProcessEnv = process.env): EnvoyScale {
+  const positive = (name: string, def: number) => {
+    const raw = env[name];
+    const n = raw === undefined ? def : Number(raw);
+    if (!(Number.isFinite(n) && n > 0)) throw new Error(`${name}=${raw}: expected a number above 0`);
+    return n;
+  };
+  const scale = positive('BENCH_ENVOY_SCALE', 1);
+  const burner = env.BENCH_ENVOY_BURNER ?? '1';
+  if (burner !== '0' && burner !== '1') throw new Error(`BENCH_ENVOY_BURNER=${burner}: expected 0 or 1`);
+  const workers = env.BENCH_ENVOY_WORKERS ?? 'auto';
+  if (!/^(auto|[1-9]\d*)$/.test(workers)) throw new Error(`BENCH_ENVOY_WORKERS=${workers}: expected auto or a whole number above 0`);
+  return {
+    scale,
+    rate: positive('BENCH_ENVOY_RATE', 800),
+    steady: Math.max(BURST, Math.round(4_800 * scale)),
+    starts: Math.max(1, Math.round(5 * scale)),
+    burnerSteady: Math.max(BURST, Math.round(7_000 * scale)),
+    burner: burner === '1',
+    workers,
+  };
+}
+
+// Envoy's rate limit filter counters (cluster.<route cluster>.ratelimit.*), changes over one row.
+export interface FilterCounts {
+  ok: number;
+  over_limit: number;
+  error: number;
+  failure_mode_allowed: number;
+}
+
+export interface Measured {
+  n: number;
+  s200: number;
+  s429: number;
+  s5xx: number;
+  // Requests that got no HTTP answer at all.
+  noAnswer: number;
+  // Answers carrying Envoy's x-ratelimit-limit (a decision that arrived in time).
+  withHeaders: number;
+  envoy: FilterCounts;
+  // sluice's decisions made without Redis during the row; undefined: the service counts none.
+  degraded?: number;
+  // CPU the service's processes used during the row (both replicas, every worker), ms.
+  cpuMs?: number;
+}
+
+export interface Figures {
+  burst: Measured;
+  steady: Measured;
+  firstDecisions: Measured;
+  burnerBurst?: Measured;
+  burnerSteady?: Measured;
+  outage: Measured;
+}
+
+// One row's figures from several runs (the first-decisions row: one per Envoy start).
+export function sumMeasured(parts: readonly Measured[]): Measured {
+  const add = (a: Measured, b: Measured): Measured => ({
+    n: a.n + b.n,
+    s200: a.s200 + b.s200,
+    s429: a.s429 + b.s429,
+    s5xx: a.s5xx + b.s5xx,
+    noAnswer: a.noAnswer + b.noAnswer,
+    withHeaders: a.withHeaders + b.withHeaders,
+    envoy: { ok: a.envoy.ok + b.envoy.ok, over_limit: a.envoy.over_limit + b.envoy.over_limit, error: a.envoy.error + b.envoy.error, failure_mode_allowed: a.envoy.failure_mode_allowed + b.envoy.failure_mode_allowed },
+    degraded: a.degraded === undefined || b.degraded === undefined ? undefined : a.degraded + b.degraded,
+    cpuMs: a.cpuMs === undefined || b.cpuMs === undefined ? undefined : a.cpuMs + b.cpuMs,
+  });
+  return parts.reduce(add);
+}
+
+const CPU_MIN_REQUESTS = 500;
+const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
+
+// Envoy's own counters, then what else happened: requests the RLS filter never saw (Envoy's
+// local_ratelimit answered first), answers missing, decisions made without Redis.
+function counters(m: Measured): string {
+  const e = m.envoy;
+  const notes = [`ok ${fmt(e.ok)} / over_limit ${fmt(e.over_limit)} / error ${fmt(e.error)}`];
+  const unasked = m.n - e.ok - e.over_limit - e.error;
+  if (unasked > 0) notes.push(`${fmt(unasked)} not asked`);
+  if (m.noAnswer > 0) notes.push(`${fmt(m.noAnswer)} unanswered`);
+  if (m.degraded) notes.push(`${fmt(m.degraded)} decided without Redis`);
+  // /proc counts CPU in 10 ms ticks: a burst of a few dozen requests would read as 0 or 500 µs each.
+  if (m.cpuMs !== undefined && m.n >= CPU_MIN_REQUESTS) notes.push(`service CPU ${fmt((m.cpuMs * 1000) / m.n)} µs/request`);
+  return notes.join(', ');
+}
+
+const missed = (m: Measured) => `${fmt(m.envoy.error)} of ${fmt(m.n)} missed (${counters(m)})`;
+
+interface Row {
+  label: string;
+  cell(f: Figures): string | undefined;
+}
+
+function rows(scale: EnvoyScale): Row[] {
+  const all: Row[] = [
+    {
+      label: `free tier ${FREE_LIMIT}/min, ${BURST} concurrent requests (one new tenant)`,
+      cell: ({ burst: m }) => `${m.s200} × 200, ${m.s429} × 429, x-ratelimit headers on ${m.withHeaders} (${counters(m)})`,
+    },
+    { label: `${fmt(scale.steady)} requests at ${fmt(scale.rate)}/s, healthy Redis: Envoy's ratelimit counters`, cell: ({ steady: m }) => counters(m) },
+    {
+      label: `Redis killed: requests admitted for a new tenant (limit ${FREE_LIMIT}), ${BURST} concurrent`,
+      cell: ({ outage: m }) => `${m.s200} of ${m.n}, ${m.s5xx} × 5xx (${counters(m)})`,
+    },
+    {
+      label: `first decisions on Envoy's new connections (${scale.starts} Envoy starts × ${BURST} requests; 2 workers × 2 replicas): missed Envoy's 20 ms timeout`,
+      cell: ({ firstDecisions: m }) => missed(m),
+    },
+  ];
+  if (!scale.burner) return all;
+  return all.concat([
+    { label: `a CPU burner running: ${BURNER_BURST} concurrent requests (new tenants), missed decisions`, cell: (f) => f.burnerBurst && missed(f.burnerBurst) },
+    { label: `a CPU burner running: ${fmt(scale.burnerSteady)} requests at ${fmt(scale.rate)}/s, missed decisions`, cell: (f) => f.burnerSteady && missed(f.burnerSteady) },
+  ]);
+}
+
+// Row, sluice, upstream; a column that did not run (a string: why) has '–' in every cell.
+export function envoyInFrontTable(scale: EnvoyScale, sluice: Figures | string, upstream: Figures | string): string {
+  const cell = (r: Row, f: Figures | string) => (typeof f === 'string' ? '–' : (r.cell(f) ?? '–'));
+  const lines = ['| what Envoy saw | sluice | envoyproxy/ratelimit, same Envoy, same rules |', '|---|---|---|'];
+  for (const r of rows(scale)) lines.push(`| ${r.label} | ${cell(r, sluice)} | ${cell(r, upstream)} |`);
+  return lines.join('\n');
+}
