@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 // The drivers live in test/support, as the other benches' servers and clients do: the suite
-// (test/h2-attacks.test.ts) asserts on the very runs this section prints, so there is one copy.
+// (test/system/h2-attacks.test.ts) asserts on the very runs this section prints, so there is one copy.
 import { ATTACK_CONFIG, type AttackResult, extraStreams, FLOODS, HALF_PREFACE, idleConnection, oneShortBodies, rapidReset, stalledHandshake } from '../test/support/h2-attacks';
 import { type ServerProcess, spawnServer } from '../test/support/process';
 import { type Outcome, underAttack } from '../test/support/under-attack';

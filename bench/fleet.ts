@@ -9,7 +9,7 @@ import { startRedis } from '../test/support/redis';
 
 // A fleet of real `sluice serve` replicas on one Redis, each driven by its own h2load process at
 // the same time (h2load costs a fraction of the CPU a Node load generator would). Used by
-// test/h2load.test.ts (which asserts) and by `npm run bench` (which prints). The replicas run with
+// test/system/h2load.test.ts (which asserts) and by `npm run bench` (which prints). The replicas run with
 // the default settings apart from the store: automatic leases, deadline from grpc-timeout.
 
 export const H2LOAD_MISSING = 'h2load not found on PATH: apt-get install nghttp2-client (Debian/Ubuntu), brew install nghttp2 (macOS)';

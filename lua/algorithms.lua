@@ -1,7 +1,7 @@
 -- algorithms.lua: the four algorithms, shared by every script (the Redis store prepends this file
 -- to each script before loading it). view and decide mirror src/algorithms/*.ts operation
 -- for operation, so that the Redis and memory stores give identical answers; a change here must be
--- made there too (test/store-redis.test.ts runs one trace through both). refund and absorb exist
+-- made there too (test/system/store-redis.test.ts runs one trace through both). refund and absorb exist
 -- only here: only a shared store gives hits back or takes in a fallback's hits; so does a fixed
 -- window's count of the next window (fixed.take_ahead), which only lease.lua writes, on the
 -- global Redis of multi-region mode, where no replica decides and nothing reads states back.

@@ -3,7 +3,7 @@ import path from 'node:path';
 
 // Builds deploy/observability/grafana-dashboard.json with the Grafana Foundation SDK, whose typed
 // builders follow Grafana's dashboard schema. `npm run dashboard` writes the file;
-// test/observability.test.ts checks that the committed file is what this builds and that every
+// test/system/observability.test.ts checks that the committed file is what this builds and that every
 // query parses as PromQL and names only metrics sluice exports.
 
 // The SDK's entry points are package subpaths ("exports"), which this project's module resolution

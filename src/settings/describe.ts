@@ -48,7 +48,7 @@ const cell = (text: string): string => text.replace(/\|/g, '\\|').replace(/\n/g,
 const code = (text: string): string => (text === '-' ? '-' : `\`${text}\``);
 
 // docs/settings.md, written from the table by `npm run docs:settings` (scripts/docs-settings.ts);
-// test/settings-docs.test.ts fails when the file differs.
+// test/unit/settings/docs-reference.test.ts fails when the file differs.
 export function settingsReference(): string {
   const rows = SETTINGS.map((s) => {
     const names = [...s.env.map((e) => `\`${e}\``), `\`--${s.flag}\``].join('<br>');

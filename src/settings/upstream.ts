@@ -1,6 +1,6 @@
 // Every setting envoyproxy/ratelimit reads from its environment (its src/settings/settings.go), and
 // what sluice does with each. The README's table of them is written from this list
-// (test/upstream-settings.test.ts keeps the two equal and checks the list against upstream's names),
+// (test/unit/settings/upstream-settings.test.ts keeps the two equal and checks the list against upstream's names),
 // and the ones sluice does not honour are named in a start-up warning when they are set.
 
 export type UpstreamStatus = 'honoured' | 'honoured differently' | 'not honoured';

@@ -19,7 +19,7 @@ import { grpcFrame, SHOULD_RATE_LIMIT } from './raw-grpc';
 
 // Issue 33's attack classes, one driver each, on one raw connection (test/support/h2-attacker.ts)
 // to a gRPC port. Every driver stops by itself (after FLOOD_MS at the latest), then reports what
-// the server did. Times count from the first abusive frame. Used by test/h2-attacks.test.ts (which
+// the server did. Times count from the first abusive frame. Used by test/system/h2-attacks.test.ts (which
 // asserts) and bench/attacks.ts (which prints the same runs for every GRPC_SERVER_IMPL).
 
 // The domain and descriptor every request here uses; ATTACK_CONFIG rules them with a limit so high

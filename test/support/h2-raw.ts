@@ -3,7 +3,7 @@ import type { RequestHeaders } from '../../src/server/h2grpc/call';
 import { encodeHeaders } from '../../src/server/h2grpc/hpack';
 import { encodeFrame, RST_STREAM, SETTINGS, u32, WINDOW_UPDATE, WireServer, type WireStream } from '../../src/server/h2grpc/wire';
 
-// Raw HTTP/2 for tests of sluice's own wire (test/wire.test.ts, test/h2-fuzz.test.ts): an echo
+// Raw HTTP/2 for tests of sluice's own wire (test/unit/server/h2-wire.test.ts, test/unit/server/h2-decoder-fuzz.test.ts): an echo
 // WireServer, and a client that writes frames byte by byte and records every frame it gets back.
 
 export { GOAWAY, PREFACE, RST_STREAM } from '../../src/server/h2grpc/wire';

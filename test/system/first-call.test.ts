@@ -1,0 +1,78 @@
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, test } from 'node:test';
+import { callBytes, callOnNewConnection } from '../../src/server/warm-up';
+import { parseExposition, value } from '../support/exposition';
+import { spawnServer } from '../support/process';
+
+// The first ShouldRateLimit a process answers must not be the first run of the code that answers
+// it: V8 compiles a function lazily on its first call, and the whole path compiled at once took
+// 50-100 ms, past Envoy's 20 ms default. Counted with V8's own log of first executions
+// (--log-function-events), not timed.
+
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-first-call-'));
+after(() => fs.rmSync(dir, { recursive: true, force: true }));
+fs.mkdirSync(path.join(dir, 'config'));
+fs.writeFileSync(path.join(dir, 'config', 'first.yaml'), 'domain: first\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n');
+const request = { domain: 'first', descriptors: [{ entries: [{ key: 'tenant', value: 'warm-up' }], hitsAddend: undefined, limit: undefined }], hitsAddend: 0 };
+// The code that answers a call: the HTTP/2 wire, gRPC, protobuf, the service, config match, keys,
+// the limiter and the memory store.
+const REQUEST_PATH = /\/dist\/src\/(server\/h2grpc\/|server\/grpc\.js|gen\/|service\/|config\/match\.js|limiter\/|keys\.js|store\/memory)/;
+
+// Functions of the request path that V8 first ran between the "listening" line and the start of
+// the stop, from the log's script-details (id → url) and function,first-execution lines.
+function firstRunsWhileServing(log: string): string[] {
+  const urls = new Map<string, string>();
+  const out: string[] = [];
+  let serving = false;
+  for (const line of log.split('\n')) {
+    const script = /^script-details,(\d+),([^,]*)/.exec(line);
+    if (script !== null) urls.set(script[1], script[2]);
+    if (!line.startsWith('function,first-execution,')) continue;
+    const f = line.split(',');
+    const url = urls.get(f[2]) ?? '';
+    const name = f.slice(7).join(',');
+    if (url.endsWith('/dist/src/app.js') && name === 'listeningLine') serving = true;
+    else if (url.endsWith('/dist/src/server/health.js') && name === 'setShuttingDown') break;
+    else if (serving && REQUEST_PATH.test(url)) out.push(`${url.replace(/.*\/dist\//, '')} ${name}`);
+  }
+  return out;
+}
+
+test('the first call on a new connection runs no function of the request path for the first time', async () => {
+  const log = path.join(dir, 'v8.log');
+  const server = await spawnServer(['--config', path.join(dir, 'config'), '--workers', '1'], {}, ['--log-function-events', `--logfile=${log}`, '--no-logfile-per-isolate']);
+  try {
+    await callOnNewConnection(server.grpcPort, callBytes(request, `127.0.0.1:${server.grpcPort}`, '20m'), 1, 5000);
+  } finally {
+    await server.stop();
+  }
+  const firsts = firstRunsWhileServing(fs.readFileSync(log, 'utf8'));
+  assert.deepEqual(firsts, [], `run for the first time by the first real call:\n${firsts.join('\n')}`);
+});
+
+test('the warm-up answers its calls before the port is bound, on a store and metrics of its own', async () => {
+  const server = await spawnServer(['--config', path.join(dir, 'config'), '--workers', '1']);
+  try {
+    const warm = server.logs.findIndex((l) => l.event === 'warm_up');
+    assert.ok(warm >= 0 && warm < server.logs.findIndex((l) => l.event === 'listening'), 'a warm_up line before "listening"');
+    assert.equal(server.logs[warm].calls, 32, 'every warm-up call answered');
+    const requests = async () => value(parseExposition(await (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`)).text()), 'sluice_requests_total');
+    assert.equal(await requests(), 0);
+    const bytes = callBytes(request, `127.0.0.1:${server.grpcPort}`, '20m');
+    for (let i = 0; i < 10; i++) await callOnNewConnection(server.grpcPort, bytes, 1, 5000);
+    assert.equal(await requests(), 10);
+    // The warm-up's hits were not taken from the real budget: 10 of 10 used, the 11th is over.
+    const over = await rawDecision(server.httpPort);
+    assert.equal(over, 'OVER_LIMIT');
+  } finally {
+    await server.stop();
+  }
+});
+
+async function rawDecision(httpPort: number): Promise<string> {
+  const res = await fetch(`http://127.0.0.1:${httpPort}/json`, { method: 'POST', body: JSON.stringify({ domain: 'first', descriptors: [{ entries: [{ key: 'tenant', value: 'warm-up' }] }] }) });
+  return ((await res.json()) as { overallCode: string }).overallCode;
+}

@@ -1,0 +1,79 @@
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, test } from 'node:test';
+import YAML from 'yaml';
+import { BENCH_RULES } from '../../../bench/envoy-in-front';
+import { envoyInFrontTable, envoyScale, type Figures, type Measured, sumMeasured } from '../../../bench/envoy-in-front-table';
+import { REPO } from '../../support/process';
+
+// The "Envoy in front" bench section (bench/envoy-in-front.ts) without running it: the rules it
+// gives both services, its knobs and its table.
+
+const measured = (over: Partial<Measured>): Measured => ({
+  n: 40,
+  s200: 0,
+  s429: 0,
+  s5xx: 0,
+  noAnswer: 0,
+  withHeaders: 0,
+  envoy: { ok: 0, over_limit: 0, error: 0, failure_mode_allowed: 0 },
+  ...over,
+});
+
+const figures: Figures = {
+  burst: measured({ s200: 10, s429: 30, withHeaders: 40, envoy: { ok: 10, over_limit: 30, error: 0, failure_mode_allowed: 0 }, degraded: 0, cpuMs: 10 }),
+  steady: measured({ n: 4800, s200: 4800, envoy: { ok: 4797, over_limit: 0, error: 3, failure_mode_allowed: 3 }, degraded: 0, cpuMs: 720 }),
+  firstDecisions: measured({ n: 200, s200: 200, envoy: { ok: 197, over_limit: 0, error: 3, failure_mode_allowed: 3 } }),
+  burnerBurst: measured({ n: 60, s200: 60, envoy: { ok: 58, over_limit: 0, error: 2, failure_mode_allowed: 2 } }),
+  burnerSteady: measured({ n: 7000, s200: 6990, envoy: { ok: 6900, over_limit: 0, error: 60, failure_mode_allowed: 60 }, noAnswer: 1 }),
+  outage: measured({ s200: 7, s429: 33, envoy: { ok: 7, over_limit: 33, error: 0, failure_mode_allowed: 0 }, degraded: 40 }),
+};
+
+describe('bench: Envoy in front', () => {
+  test("both services get examples/config/edge.yaml's tenant rules, in upstream's format", () => {
+    const shipped = YAML.parse(fs.readFileSync(path.join(REPO, 'examples/config/edge.yaml'), 'utf8'));
+    const bench = YAML.parse(BENCH_RULES);
+    assert.equal(bench.domain, shipped.domain);
+    const tenant = (doc: { descriptors: { key: string; value?: string; rate_limit?: object }[] }, value?: string) =>
+      doc.descriptors.find((d) => d.key === 'tenant' && d.value === value)?.rate_limit;
+    assert.deepEqual(tenant(bench), tenant(shipped));
+    assert.deepEqual(tenant(bench, 'internal'), tenant(shipped, 'internal'));
+    const upstreamKeys = new Set(['name', 'unit', 'requests_per_unit', 'unlimited']);
+    for (const d of bench.descriptors) for (const k of Object.keys(d.rate_limit)) assert.ok(upstreamKeys.has(k), `${k} is not upstream's`);
+  });
+
+  test('knobs: defaults, a short run, and a bad value named', () => {
+    assert.deepEqual(envoyScale({}), { scale: 1, rate: 800, steady: 4800, starts: 5, burnerSteady: 7000, burner: true, workers: 'auto' });
+    assert.deepEqual(envoyScale({ BENCH_ENVOY_SCALE: '0.1', BENCH_ENVOY_BURNER: '0' }), { scale: 0.1, rate: 800, steady: 480, starts: 1, burnerSteady: 700, burner: false, workers: 'auto' });
+    assert.throws(() => envoyScale({ BENCH_ENVOY_SCALE: 'fast' }), /^Error: BENCH_ENVOY_SCALE=fast: expected a number above 0$/);
+    assert.throws(() => envoyScale({ BENCH_ENVOY_RATE: '0' }), /BENCH_ENVOY_RATE=0/);
+    assert.throws(() => envoyScale({ BENCH_ENVOY_BURNER: 'yes' }), /BENCH_ENVOY_BURNER=yes: expected 0 or 1/);
+    assert.equal(envoyScale({ BENCH_ENVOY_WORKERS: '1' }).workers, '1');
+    assert.throws(() => envoyScale({ BENCH_ENVOY_WORKERS: '0' }), /BENCH_ENVOY_WORKERS=0: expected auto or a whole number above 0/);
+  });
+
+  test("the table: Envoy's counters for each service side by side", () => {
+    const lines = envoyInFrontTable(envoyScale({}), figures, figures).split('\n');
+    assert.equal(lines.length, 2 + 6);
+    const cells = (i: number) => lines[i].split(' | ').slice(1).map((c) => c.replace(/ \|$/, ''));
+    assert.deepEqual(cells(2), Array(2).fill('10 × 200, 30 × 429, x-ratelimit headers on 40 (ok 10 / over_limit 30 / error 0)'));
+    assert.deepEqual(cells(3), Array(2).fill('ok 4,797 / over_limit 0 / error 3, service CPU 150 µs/request'));
+    assert.match(lines[4], /\| 7 of 40, 0 × 5xx \(ok 7 \/ over_limit 33 \/ error 0, 40 decided without Redis\) \|/);
+    assert.match(lines[5], /^\| first decisions .*5 Envoy starts × 40 requests.* \| 3 of 200 missed \(ok 197/);
+    assert.match(lines[7], /\| 60 of 7,000 missed \(ok 6,900 \/ over_limit 0 \/ error 60, 40 not asked, 1 unanswered\) \|/);
+  });
+
+  test("a column that did not run has a dash in every cell; the burner rows can be left out", () => {
+    const lines = envoyInFrontTable(envoyScale({ BENCH_ENVOY_BURNER: '0' }), figures, 'Go not found').split('\n');
+    assert.equal(lines.length, 2 + 4);
+    for (const line of lines.slice(2)) assert.match(line, / \| – \|$/);
+  });
+
+  test('the first-decisions row adds up its Envoy starts', () => {
+    const sum = sumMeasured([figures.firstDecisions, figures.burnerBurst!]);
+    assert.deepEqual(sum.envoy, { ok: 255, over_limit: 0, error: 5, failure_mode_allowed: 5 });
+    assert.equal(sum.n, 260);
+    assert.equal(sum.degraded, undefined);
+  });
+});
