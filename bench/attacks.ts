@@ -3,7 +3,17 @@ import os from 'node:os';
 import path from 'node:path';
 // The drivers live in test/support, as the other benches' servers and clients do: the suite
 // (test/system/h2-attacks.test.ts) asserts on the very runs this section prints, so there is one copy.
-import { ATTACK_CONFIG, type AttackResult, extraStreams, FLOODS, HALF_PREFACE, idleConnection, oneShortBodies, rapidReset, stalledHandshake } from '../test/support/h2-attacks';
+import {
+  ATTACK_CONFIG,
+  type AttackResult,
+  extraStreams,
+  FLOODS,
+  HALF_PREFACE,
+  idleConnection,
+  oneShortBodies,
+  rapidReset,
+  stalledHandshake,
+} from '../test/support/h2-attacks';
 import { type ServerProcess, spawnServer } from '../test/support/process';
 import { type Outcome, underAttack } from '../test/support/under-attack';
 import { PREFACE } from '../src/server/h2grpc/wire';
@@ -40,7 +50,11 @@ const CLASSES: AttackClass[] = [
     run: (port) => extraStreams(port, MAX_STREAMS, 50),
     note: (o) => `announced limit ${o.attack.detail.announcedLimit < 0 ? 'none' : o.attack.detail.announcedLimit}, ${o.attack.detail.refused} refused`,
   },
-  { name: 'class 5: 1 MiB bodies one byte short', run: (port) => oneShortBodies(port), note: (o) => `credit ${(o.attack.detail.connectionCredit / 2 ** 20).toFixed(1)} MiB` },
+  {
+    name: 'class 5: 1 MiB bodies one byte short',
+    run: (port) => oneShortBodies(port),
+    note: (o) => `credit ${(o.attack.detail.connectionCredit / 2 ** 20).toFixed(1)} MiB`,
+  },
   { name: 'class 5: handshake, nothing sent', run: (port) => stalledHandshake(port, Buffer.alloc(0), WAIT_MS) },
   { name: 'class 5: handshake, half the preface', run: (port) => stalledHandshake(port, HALF_PREFACE, WAIT_MS) },
   { name: 'class 5: handshake, preface but no SETTINGS', run: (port) => stalledHandshake(port, PREFACE, WAIT_MS) },
@@ -81,7 +95,10 @@ async function runClass(dir: string, c: AttackClass, impl: Impl): Promise<Attack
     const crashed = s.child.exitCode !== null || s.child.signalCode !== null ? `exited (${s.child.exitCode ?? s.child.signalCode})` : undefined;
     return { attack: c.name, reads: c.reads !== false, impl, outcome, crashed, note: c.note?.(outcome) ?? '' };
   } catch (err) {
-    const crashed = server !== undefined && server.child.exitCode !== null ? `exited (${server.child.exitCode})` : `failed: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}`;
+    const crashed =
+      server !== undefined && server.child.exitCode !== null
+        ? `exited (${server.child.exitCode})`
+        : `failed: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}`;
     return { attack: c.name, reads: c.reads !== false, impl, outcome: undefined, crashed, note: '' };
   } finally {
     await server?.stop('SIGKILL');

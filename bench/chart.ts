@@ -12,7 +12,14 @@ export interface Bar {
 
 // A horizontal bar chart, SVG with no dependencies, for the bench's figures. `reference` draws a
 // dashed line at that value (e.g. 1.0 = the baseline).
-export function horizontalBars(o: { title: string; caption: string; bars: readonly Bar[]; left: number; width: number; reference?: { value: number; label: string } }): string {
+export function horizontalBars(o: {
+  title: string;
+  caption: string;
+  bars: readonly Bar[];
+  left: number;
+  width: number;
+  reference?: { value: number; label: string };
+}): string {
   const barHeight = 18;
   const gap = 6;
   const groupGap = 14;

@@ -6,7 +6,19 @@ import { type RedisNode, startRedis } from '../test/support/redis';
 import { spawnServer } from '../test/support/process';
 import { processCpuSeconds } from './cpu';
 import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, waitReady } from './fleet';
-import { EMPTY_HANDLER, goAvailable, peerRequest, pin, type Running, startEmpty, startUpstream, tasksetAvailable, UPSTREAM_MISSING, upstreamBinary, writeConfig } from './peer';
+import {
+  EMPTY_HANDLER,
+  goAvailable,
+  peerRequest,
+  pin,
+  type Running,
+  startEmpty,
+  startUpstream,
+  tasksetAvailable,
+  UPSTREAM_MISSING,
+  upstreamBinary,
+  writeConfig,
+} from './peer';
 
 // A fleet of Envoys in front of one replica: many connections, each sending 1 request a second
 // (`BENCH_SECTIONS=connections npm run bench`). Every client holds its own HTTP/2 connection with
@@ -66,7 +78,11 @@ async function measureSetup(t: Running, label: string, cpus: string): Promise<Se
   };
   const fewMs = await cpu(() => runH2load({ port: t.grpcPort, request, requests: SETUP_REQUESTS, connections: 4, streams: 1, cpus }));
   const per = SETUP_REQUESTS / CONNECTION_PROCESSES;
-  const newMs = await cpu(() => Promise.all(Array.from({ length: CONNECTION_PROCESSES }, () => runH2load({ port: t.grpcPort, request, requests: per, connections: per, streams: 1, cpus }))));
+  const newMs = await cpu(() =>
+    Promise.all(
+      Array.from({ length: CONNECTION_PROCESSES }, () => runH2load({ port: t.grpcPort, request, requests: per, connections: per, streams: 1, cpus })),
+    ),
+  );
   return { server: label, fewMs, newMs, usPerConnection: ((newMs - fewMs) * 1000) / SETUP_REQUESTS };
 }
 
@@ -82,7 +98,10 @@ function treeCpuSeconds(pid: number): number {
 
 export function setupTable(rows: readonly SetupRow[]): string {
   const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
-  const lines = [`| server | CPU ms, ${fmt(SETUP_REQUESTS)} requests on 4 connections | on ${fmt(SETUP_REQUESTS)} new connections | CPU µs per new connection |`, '|---|---|---|---|'];
+  const lines = [
+    `| server | CPU ms, ${fmt(SETUP_REQUESTS)} requests on 4 connections | on ${fmt(SETUP_REQUESTS)} new connections | CPU µs per new connection |`,
+    '|---|---|---|---|',
+  ];
   for (const r of rows) lines.push(`| ${r.server} | ${fmt(r.fewMs)} | ${fmt(r.newMs)} | ${fmt(r.usPerConnection)} |`);
   return lines.join('\n');
 }
@@ -100,7 +119,10 @@ export function connectionsScale(): { scale: number; seconds: number } {
 // A process' children (a sluice primary's workers).
 function childPids(pid: number): number[] {
   // ps exits 1 when there is no child.
-  return spawnSync('ps', ['-o', 'pid=', '--ppid', String(pid)], { encoding: 'utf8' }).stdout.split('\n').map((s) => Number(s.trim())).filter((n) => n > 0);
+  return spawnSync('ps', ['-o', 'pid=', '--ppid', String(pid)], { encoding: 'utf8' })
+    .stdout.split('\n')
+    .map((s) => Number(s.trim()))
+    .filter((n) => n > 0);
 }
 
 // Resident memory of a process and its children, KiB.
@@ -124,7 +146,13 @@ async function startSluice(root: string, redisPort: number, pinned: boolean): Pr
   ]);
   if (pinned) pin(server.child.pid!, '1');
   await waitReady(server);
-  return { name: 'sluice, leases on', grpcPort: server.grpcPort, pid: server.child.pid!, metricsUrl: `http://127.0.0.1:${server.httpPort}/metrics`, stop: () => server.stop() };
+  return {
+    name: 'sluice, leases on',
+    grpcPort: server.grpcPort,
+    pid: server.child.pid!,
+    metricsUrl: `http://127.0.0.1:${server.httpPort}/metrics`,
+    stop: () => server.stop(),
+  };
 }
 
 async function degradedNow(t: Pick<Running, 'metricsUrl'>): Promise<number | undefined> {
@@ -134,7 +162,13 @@ async function degradedNow(t: Pick<Running, 'metricsUrl'>): Promise<number | und
 
 // One row: CONNECTION_PROCESSES h2load processes, 0.1 s apart, each with its share of the
 // connections (also bench/grpc-impl.ts's fleet rows).
-export async function measureConnections(t: Pick<Running, 'grpcPort' | 'pid' | 'metricsUrl'>, label: string, connections: number, seconds: number, cpus?: string): Promise<{ row: ConnectionsRow; command: string }> {
+export async function measureConnections(
+  t: Pick<Running, 'grpcPort' | 'pid' | 'metricsUrl'>,
+  label: string,
+  connections: number,
+  seconds: number,
+  cpus?: string,
+): Promise<{ row: ConnectionsRow; command: string }> {
   const request = peerRequest(3);
   await runH2load({ port: t.grpcPort, request, requests: 2000, cpus }); // warm-up
   const degraded0 = await degradedNow(t);
@@ -190,7 +224,10 @@ function targets(root: string, redis: RedisNode, notes: string[]): Target[] {
   notes.push(`upstream: ${install}`);
   if (pinned) list.push({ label: 'upstream, 1 core (GOMAXPROCS=1)', start: () => startUpstream('upstream', binary, root, redis.port, true, {}), cpus: '0' });
   const cores = String(os.availableParallelism());
-  list.push({ label: `upstream, as deployed (GOMAXPROCS=${cores})`, start: () => startUpstream('upstream', binary, root, redis.port, false, { GOMAXPROCS: cores }) });
+  list.push({
+    label: `upstream, as deployed (GOMAXPROCS=${cores})`,
+    start: () => startUpstream('upstream', binary, root, redis.port, false, { GOMAXPROCS: cores }),
+  });
   return list;
 }
 
@@ -228,12 +265,20 @@ export async function connectionsBench(): Promise<ConnectionsBench | string> {
   } finally {
     await redis.stop();
   }
-  return { command: command.replace(/-d \S+/, '-d <ShouldRateLimit frame, 3 descriptors>').replace(/127\.0\.0\.1:\d+/, '127.0.0.1:<port>'), rows, setup, notes };
+  return {
+    command: command.replace(/-d \S+/, '-d <ShouldRateLimit frame, 3 descriptors>').replace(/127\.0\.0\.1:\d+/, '127.0.0.1:<port>'),
+    rows,
+    setup,
+    notes,
+  };
 }
 
 export function connectionsTable(rows: readonly ConnectionsRow[]): string {
   const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
-  const lines = ['| server | connections × 1 req/s | answered / expected | within 1 s | p50 ms | p99 ms | max ms | KiB per connection | degraded |', '|---|---|---|---|---|---|---|---|---|'];
+  const lines = [
+    '| server | connections × 1 req/s | answered / expected | within 1 s | p50 ms | p99 ms | max ms | KiB per connection | degraded |',
+    '|---|---|---|---|---|---|---|---|---|',
+  ];
   for (const r of rows) {
     lines.push(
       `| ${r.server} | ${fmt(r.connections)} | ${fmt(r.answered)} / ${fmt(r.expected)} | ${fmt(r.inTime)} | ${r.p50Ms.toFixed(1)} | ${r.p99Ms.toFixed(1)} | ${fmt(r.maxMs)} | ${r.kibPerConnection.toFixed(0)} | ${r.degraded ?? '—'} |`,

@@ -71,7 +71,11 @@ function fromServer(name: Target, server: ServerProcess): Target_ {
 }
 
 function request(algorithm: string, descriptors: number): RateLimitRequest {
-  return { domain: 'bench', descriptors: Array.from({ length: descriptors }, (_, i) => ({ entries: [{ key: algorithm, value: `tenant-${i}` }] })), hitsAddend: 0 };
+  return {
+    domain: 'bench',
+    descriptors: Array.from({ length: descriptors }, (_, i) => ({ entries: [{ key: algorithm, value: `tenant-${i}` }] })),
+    hitsAddend: 0,
+  };
 }
 
 interface Measured {
@@ -82,7 +86,12 @@ interface Measured {
   redisCpuUsPerReq?: number;
 }
 
-async function measure(target: Target_, redis: RedisNode | undefined, requests: number, run: () => Promise<{ reqPerSec: number; p50Ms: number; p99Ms: number }>): Promise<Measured> {
+async function measure(
+  target: Target_,
+  redis: RedisNode | undefined,
+  requests: number,
+  run: () => Promise<{ reqPerSec: number; p50Ms: number; p99Ms: number }>,
+): Promise<Measured> {
   const cpu0 = processCpuSeconds(target.pid);
   const r0 = redis ? await redisCpuSeconds(redis) : 0;
   const r = await run();
@@ -115,11 +124,36 @@ async function decideScript(node: RedisNode): Promise<{ hot: number; fresh: numb
   const fn = loadScripts().functions.decide;
   const n = 200_000;
   const run = async (tag: string, random: string[]) => {
-    const all = ['a', 'b', 'c'].map((k): LimitCheck => ({ key: `bench:decide:{${tag}}:${k}`, algorithm: 'fixed_window', limit: 1_000_000_000, periodMs: 60_000, burst: 1_000_000_000, hits: 1, mode: 'enforce' }));
+    const all = ['a', 'b', 'c'].map(
+      (k): LimitCheck => ({
+        key: `bench:decide:{${tag}}:${k}`,
+        algorithm: 'fixed_window',
+        limit: 1_000_000_000,
+        periodMs: 60_000,
+        burst: 1_000_000_000,
+        hits: 1,
+        mode: 'enforce',
+      }),
+    );
     // As the store sends it (fixed windows in their window's hash, the default).
     const [numKeys, args] = decideArgs([{ all, idx: [0, 1, 2] }], false, '', 'request', windowBase('bench:decide:'));
     const before = await redisCpuSeconds(node);
-    await execFileAsync('redis-benchmark', ['-p', String(node.port), '-c', '4', '-P', '32', '-n', String(n), ...random, '-q', 'FCALL', fn, String(numKeys), ...args.map(String)]);
+    await execFileAsync('redis-benchmark', [
+      '-p',
+      String(node.port),
+      '-c',
+      '4',
+      '-P',
+      '32',
+      '-n',
+      String(n),
+      ...random,
+      '-q',
+      'FCALL',
+      fn,
+      String(numKeys),
+      ...args.map(String),
+    ]);
     return (((await redisCpuSeconds(node)) - before) * 1e6) / n;
   };
   return { hot: await run('hot', []), fresh: await run('__rand_int__', ['-r', '100000000']) };
@@ -130,7 +164,23 @@ async function minimalScript(node: RedisNode): Promise<number> {
   const sha = await node.cli('SCRIPT', 'LOAD', "redis.call('INCRBY', KEYS[1], ARGV[1]) redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1");
   const n = 300_000;
   const before = await redisCpuSeconds(node);
-  await execFileAsync('redis-benchmark', ['-p', String(node.port), '-c', '16', '-P', '16', '-n', String(n), '-q', 'EVALSHA', sha, '1', 'bench:minimal', '1', '60000']);
+  await execFileAsync('redis-benchmark', [
+    '-p',
+    String(node.port),
+    '-c',
+    '16',
+    '-P',
+    '16',
+    '-n',
+    String(n),
+    '-q',
+    'EVALSHA',
+    sha,
+    '1',
+    'bench:minimal',
+    '1',
+    '60000',
+  ]);
   return (((await redisCpuSeconds(node)) - before) * 1e6) / n;
 }
 
@@ -143,7 +193,20 @@ export async function decisionsBench(requests: number, keyRequests = Math.round(
   try {
     targets.push(await emptyHandler());
     targets.push(fromServer('memory store', await spawnServer(['--config', config, '--log-level', 'info'])));
-    const redisServer = await spawnServer(['--config', config, '--log-level', 'info', '--store', 'redis', '--redis-url', `127.0.0.1:${node.port}`, '--lease-auto-threshold', '0', '--workers', '1']);
+    const redisServer = await spawnServer([
+      '--config',
+      config,
+      '--log-level',
+      'info',
+      '--store',
+      'redis',
+      '--redis-url',
+      `127.0.0.1:${node.port}`,
+      '--lease-auto-threshold',
+      '0',
+      '--workers',
+      '1',
+    ]);
     await redisServer.waitForLog((l) => l.event === 'redis_ready');
     targets.push(fromServer('Redis store', redisServer));
 
@@ -155,7 +218,8 @@ export async function decisionsBench(requests: number, keyRequests = Math.round(
     const redisOf = (t: Target_) => (t.name === 'Redis store' ? node : undefined);
     for (const descriptors of [1, 3]) {
       for (const t of targets) {
-        const algorithms = t.name === 'empty handler' ? ['fixed_window'] : descriptors === 1 && t.name === 'Redis store' ? [...FLEET_ALGORITHMS] : ['fixed_window'];
+        const algorithms =
+          t.name === 'empty handler' ? ['fixed_window'] : descriptors === 1 && t.name === 'Redis store' ? [...FLEET_ALGORITHMS] : ['fixed_window'];
         for (const a of algorithms) add(t, a, descriptors, 1, await h2loadRow(t, redisOf(t), a, descriptors, requests), 'h2load');
       }
       for (const t of targets) add(t, 'fixed_window', descriptors, 100_000, await keysRow(t, redisOf(t), descriptors, 100_000, keyRequests), 'keys-load');
@@ -167,7 +231,14 @@ export async function decisionsBench(requests: number, keyRequests = Math.round(
     const max = rows.find((r) => r.target === 'Redis store' && r.algorithm === 'fixed_window' && r.descriptors === 1 && r.keys === 1)!;
     const perConnection = Math.max(1, Math.round(max.reqPerSec / 2 / 4));
     const paced = async (t: Target_) => {
-      const r = await runH2load({ port: t.port, request: request('fixed_window', 1), requests: perConnection * 4 * 10, streams: 1, rpsPerConnection: perConnection, latencies: true });
+      const r = await runH2load({
+        port: t.port,
+        request: request('fixed_window', 1),
+        requests: perConnection * 4 * 10,
+        streams: 1,
+        rpsPerConnection: perConnection,
+        latencies: true,
+      });
       const lat = r.latenciesMs ?? [];
       return { reqPerSec: r.reqPerSec, p50Ms: percentile(lat, 50), p99Ms: percentile(lat, 99) };
     };
@@ -176,7 +247,8 @@ export async function decisionsBench(requests: number, keyRequests = Math.round(
     const metrics = await (await fetch(`http://127.0.0.1:${redisServer.httpPort}/metrics`)).text();
     const degraded = metricSum(metrics, 'sluice_degraded_decisions_total');
     const failed = metricSum(metrics, 'sluice_requests_total', { code: 'UNAVAILABLE' }) + metricSum(metrics, 'sluice_requests_total', { code: 'INTERNAL' });
-    if (degraded > 0 || failed > 0) throw new Error(`the Redis store answered ${degraded} requests without Redis (degraded) and failed ${failed}: its rows are not Redis decisions`);
+    if (degraded > 0 || failed > 0)
+      throw new Error(`the Redis store answered ${degraded} requests without Redis (degraded) and failed ${failed}: its rows are not Redis decisions`);
     const minimalScriptUs = await minimalScript(node);
     const decideScriptUs = await decideScript(node);
     return {

@@ -92,7 +92,12 @@ export function sumMeasured(parts: readonly Measured[]): Measured {
     s5xx: a.s5xx + b.s5xx,
     noAnswer: a.noAnswer + b.noAnswer,
     withHeaders: a.withHeaders + b.withHeaders,
-    envoy: { ok: a.envoy.ok + b.envoy.ok, over_limit: a.envoy.over_limit + b.envoy.over_limit, error: a.envoy.error + b.envoy.error, failure_mode_allowed: a.envoy.failure_mode_allowed + b.envoy.failure_mode_allowed },
+    envoy: {
+      ok: a.envoy.ok + b.envoy.ok,
+      over_limit: a.envoy.over_limit + b.envoy.over_limit,
+      error: a.envoy.error + b.envoy.error,
+      failure_mode_allowed: a.envoy.failure_mode_allowed + b.envoy.failure_mode_allowed,
+    },
     degraded: a.degraded === undefined || b.degraded === undefined ? undefined : a.degraded + b.degraded,
     cpuMs: a.cpuMs === undefined || b.cpuMs === undefined ? undefined : a.cpuMs + b.cpuMs,
   });
@@ -142,7 +147,10 @@ function rows(scale: EnvoyScale): Row[] {
   if (!scale.burner) return all;
   return all.concat([
     { label: `a CPU burner running: ${BURNER_BURST} concurrent requests (new tenants), missed decisions`, cell: (f) => f.burnerBurst && missed(f.burnerBurst) },
-    { label: `a CPU burner running: ${fmt(scale.burnerSteady)} requests at ${fmt(scale.rate)}/s, missed decisions`, cell: (f) => f.burnerSteady && missed(f.burnerSteady) },
+    {
+      label: `a CPU burner running: ${fmt(scale.burnerSteady)} requests at ${fmt(scale.rate)}/s, missed decisions`,
+      cell: (f) => f.burnerSteady && missed(f.burnerSteady),
+    },
   ]);
 }
 

@@ -8,7 +8,17 @@ import { REPO, type ServerProcess, spawnServer } from '../test/support/process';
 import { type RedisNode, startRedis } from '../test/support/redis';
 import { awayFromWindowEdge } from '../test/support/time';
 import { type Answer, EnvoyClient, startCpuBurner } from './envoy-load';
-import { BURNER_BURST, BURST, type EnvoyScale, type Figures, FREE_LIMIT, type FilterCounts, type Measured, PER_TENANT, sumMeasured } from './envoy-in-front-table';
+import {
+  BURNER_BURST,
+  BURST,
+  type EnvoyScale,
+  type Figures,
+  FREE_LIMIT,
+  type FilterCounts,
+  type Measured,
+  PER_TENANT,
+  sumMeasured,
+} from './envoy-in-front-table';
 import { processCpuSeconds } from './cpu';
 import { metricSum, waitReady } from './fleet';
 import { goAvailable, type Running, startUpstream, UPSTREAM_MISSING, upstreamBinary } from './peer';

@@ -35,7 +35,16 @@ interface Target {
 }
 
 async function startSluice(root: string, redis: RedisNode, workers: number): Promise<Running> {
-  const server = await spawnServer(['--config', path.join(root, 'bench', 'config'), '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--workers', String(workers)]);
+  const server = await spawnServer([
+    '--config',
+    path.join(root, 'bench', 'config'),
+    '--store',
+    'redis',
+    '--redis-url',
+    `127.0.0.1:${redis.port}`,
+    '--workers',
+    String(workers),
+  ]);
   await waitReady(server);
   return { name: 'sluice, leases on', grpcPort: server.grpcPort, pid: server.child.pid!, stop: () => server.stop() };
 }
@@ -97,7 +106,11 @@ export async function firstCallBench(): Promise<{ rows: FirstCallRow[]; notes: s
 
 export function firstCallTable(rows: readonly FirstCallRow[]): string {
   const f = (n: number) => n.toFixed(1);
-  const lines = ['| server | new connections | p50 ms | p99 ms | max ms | over 20 ms | first call after a start, mean ms | failed |', '|---|---|---|---|---|---|---|---|'];
-  for (const r of rows) lines.push(`| ${r.server} | ${r.calls} | ${f(r.p50Ms)} | ${f(r.p99Ms)} | ${f(r.maxMs)} | ${r.over20} | ${f(r.firstMs)} | ${r.failed} |`);
+  const lines = [
+    '| server | new connections | p50 ms | p99 ms | max ms | over 20 ms | first call after a start, mean ms | failed |',
+    '|---|---|---|---|---|---|---|---|',
+  ];
+  for (const r of rows)
+    lines.push(`| ${r.server} | ${r.calls} | ${f(r.p50Ms)} | ${f(r.p99Ms)} | ${f(r.maxMs)} | ${r.over20} | ${f(r.firstMs)} | ${r.failed} |`);
   return lines.join('\n');
 }

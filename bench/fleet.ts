@@ -111,7 +111,12 @@ export function runH2load(opts: H2loadOptions): Promise<H2loadRun> {
       let latenciesMs: number[] | undefined;
       if (opts.latencies && fs.existsSync(log)) {
         // Tab-separated: start (us since the epoch), HTTP status, us until the response ended.
-        latenciesMs = fs.readFileSync(log, 'utf8').split('\n').filter((l) => l !== '').map((l) => Number(l.split('\t')[2]) / 1000).sort((a, b) => a - b);
+        latenciesMs = fs
+          .readFileSync(log, 'utf8')
+          .split('\n')
+          .filter((l) => l !== '')
+          .map((l) => Number(l.split('\t')[2]) / 1000)
+          .sort((a, b) => a - b);
         fs.rmSync(log, { force: true });
       }
       const rps = /finished in [\d.]+m?s, ([\d.]+) req\/s/.exec(output);
@@ -254,7 +259,14 @@ const KEYS_LOAD = path.join(__dirname, 'keys-load.js');
 
 // bench/keys-load.ts as its own process: `keys` distinct requests in turn, 4 connections x 32
 // streams; every call must end with grpc-status 0.
-export async function runKeysLoad(o: { port: number; requests: number; descriptors: number; keys: number; template?: RateLimitRequest; label: string }): Promise<{ reqPerSec: number; p50Ms: number; p99Ms: number }> {
+export async function runKeysLoad(o: {
+  port: number;
+  requests: number;
+  descriptors: number;
+  keys: number;
+  template?: RateLimitRequest;
+  label: string;
+}): Promise<{ reqPerSec: number; p50Ms: number; p99Ms: number }> {
   const args = { port: o.port, requests: o.requests, connections: 4, streams: 32, descriptors: o.descriptors, keys: o.keys, template: o.template };
   const { stdout } = await promisify(execFile)(process.execPath, [KEYS_LOAD, JSON.stringify(args)], { maxBuffer: 1 << 20 });
   const r = JSON.parse(stdout) as { reqPerSec: number; p50: number; p99: number; failed: number };

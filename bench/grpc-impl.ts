@@ -56,10 +56,21 @@ async function startServer(impl: Impl, leases: boolean, o: { root: string; redis
     ...(leases ? [] : ['--lease-auto-threshold', '0']),
   ];
   const name = `${impl}, leases ${leases ? 'on' : 'off'}`;
-  const server = o.profileDir === undefined ? serving(await spawnServer(args)) : await spawnProfiled(args, path.join(o.profileDir, `${impl}-leases-${leases ? 'on' : 'off'}.cpuprofile`));
+  const server =
+    o.profileDir === undefined
+      ? serving(await spawnServer(args))
+      : await spawnProfiled(args, path.join(o.profileDir, `${impl}-leases-${leases ? 'on' : 'off'}.cpuprofile`));
   if (o.pinned) pin(server.pid, '1');
   await waitReady({ httpPort: server.httpPort, grpcPort: server.grpcPort } as ServerProcess);
-  return { name: name as Running['name'], impl, leases, grpcPort: server.grpcPort, pid: server.pid, metricsUrl: `http://127.0.0.1:${server.httpPort}/metrics`, stop: server.stop };
+  return {
+    name: name as Running['name'],
+    impl,
+    leases,
+    grpcPort: server.grpcPort,
+    pid: server.pid,
+    metricsUrl: `http://127.0.0.1:${server.httpPort}/metrics`,
+    stop: server.stop,
+  };
 }
 
 function serving(p: ServerProcess): { pid: number; grpcPort: number; httpPort: number; stop: () => Promise<void> } {
@@ -70,7 +81,18 @@ function serving(p: ServerProcess): { pid: number; grpcPort: number; httpPort: n
 // written when it exits.
 async function spawnProfiled(args: string[], file: string): Promise<{ pid: number; grpcPort: number; httpPort: number; stop: () => Promise<void> }> {
   const [grpcPort, httpPort, adminPort] = [await freePort(), await freePort(), await freePort()];
-  const ports = ['--grpc-port', String(grpcPort), '--http-port', String(httpPort), '--admin-port', String(adminPort), '--host', '127.0.0.1', '--grpc-host', '127.0.0.1'];
+  const ports = [
+    '--grpc-port',
+    String(grpcPort),
+    '--http-port',
+    String(httpPort),
+    '--admin-port',
+    String(adminPort),
+    '--host',
+    '127.0.0.1',
+    '--grpc-host',
+    '127.0.0.1',
+  ];
   const profile = ['--cpu-prof', `--cpu-prof-dir=${path.dirname(file)}`, `--cpu-prof-name=${path.basename(file)}`];
   const child = spawn(process.execPath, [...profile, MAIN, 'serve', ...args, ...ports, '--log-level', 'warn'], { cwd: REPO, stdio: 'ignore' });
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
@@ -85,7 +107,15 @@ async function throughput(t: Server, descriptors: 1 | 3, requests: number, cpus?
   const cpu1 = processCpuSeconds(t.pid);
   if (r.succeeded !== requests || r.status2xx !== requests) throw new Error(`${t.name}: ${requests - r.succeeded} requests failed:\n${r.output}`);
   const lat = r.latenciesMs ?? [];
-  return { impl: t.impl, leases: t.leases, descriptors, reqPerSec: r.reqPerSec, p50Ms: percentile(lat, 50), p99Ms: percentile(lat, 99), serverCpuUsPerReq: ((cpu1 - cpu0) * 1e6) / requests };
+  return {
+    impl: t.impl,
+    leases: t.leases,
+    descriptors,
+    reqPerSec: r.reqPerSec,
+    p50Ms: percentile(lat, 50),
+    p99Ms: percentile(lat, 99),
+    serverCpuUsPerReq: ((cpu1 - cpu0) * 1e6) / requests,
+  };
 }
 
 export async function grpcImplBench(requests: number): Promise<GrpcImplBench | string> {
@@ -131,7 +161,10 @@ export async function grpcImplBench(requests: number): Promise<GrpcImplBench | s
       out.fleet.push(m.row);
       out.commands = [
         "h2load -n N -c 4 -m 32 -t 1 -d <request> -H 'content-type: application/grpc' -H 'te: trailers' -H 'grpc-timeout: 1S' --log-file <latencies>",
-        `${CONNECTION_PROCESSES} x ${m.command.replace(/-d \S+/, '-d <3 descriptors>').replace(/127\.0\.0\.1:\d+/, '127.0.0.1:<port>').replace(/--log-file=\S+/, '--log-file=<latencies>')}, started 0.1 s apart`,
+        `${CONNECTION_PROCESSES} x ${m.command
+          .replace(/-d \S+/, '-d <3 descriptors>')
+          .replace(/127\.0\.0\.1:\d+/, '127.0.0.1:<port>')
+          .replace(/--log-file=\S+/, '--log-file=<latencies>')}, started 0.1 s apart`,
         `sluice: node dist/src/main.js serve --config <dir>/bench/config --store redis --redis-url 127.0.0.1:<port> --store-deadline 1s --workers 1 --grpc-server-impl grpc-js|http2|sluice [--lease-auto-threshold 0]${pinned ? ' (then taskset -a -p -c 1 <pid>)' : ''}`,
       ];
     }
@@ -140,7 +173,8 @@ export async function grpcImplBench(requests: number): Promise<GrpcImplBench | s
     for (const s of servers) await s.stop();
   }
   try {
-    if (profileDir !== undefined) out.profiles = await profileRuns(profileDir, requests, { root, redis, pinned, cpus }).catch((err: Error) => [`failed: ${err.message}`]);
+    if (profileDir !== undefined)
+      out.profiles = await profileRuns(profileDir, requests, { root, redis, pinned, cpus }).catch((err: Error) => [`failed: ${err.message}`]);
   } finally {
     await redis.stop();
     fs.rmSync(root, { recursive: true, force: true });
@@ -206,7 +240,9 @@ export function grpcImplTable(rows: readonly ImplRow[]): string {
   const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
   const lines = ['| server | leases | descriptors | decisions/s | p50 ms | p99 ms | server CPU µs/request | × grpc-js |', '|---|---|---|---|---|---|---|---|'];
   for (const r of [...rows].sort((a, b) => Number(a.leases) - Number(b.leases) || a.descriptors - b.descriptors || a.impl.localeCompare(b.impl))) {
-    lines.push(`| ${r.impl} | ${r.leases ? 'on' : 'off'} | ${r.descriptors} | ${fmt(r.reqPerSec)} | ${r.p50Ms.toFixed(2)} | ${r.p99Ms.toFixed(2)} | ${r.serverCpuUsPerReq.toFixed(1)} | ${r.ratio!.toFixed(2)} |`);
+    lines.push(
+      `| ${r.impl} | ${r.leases ? 'on' : 'off'} | ${r.descriptors} | ${fmt(r.reqPerSec)} | ${r.p50Ms.toFixed(2)} | ${r.p99Ms.toFixed(2)} | ${r.serverCpuUsPerReq.toFixed(1)} | ${r.ratio!.toFixed(2)} |`,
+    );
   }
   return lines.join('\n');
 }

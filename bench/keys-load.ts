@@ -1,7 +1,23 @@
 import net from 'node:net';
 import { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { encodeHeaders, HpackDecoder } from '../src/server/h2grpc/hpack';
-import { ACK, DATA, encodeFrame as frame, END_HEADERS, END_STREAM, GOAWAY, HEADERS, MAX_WINDOW, PING, PREFACE, RST_STREAM, SETTINGS, SETTINGS_INITIAL_WINDOW_SIZE, u32, WINDOW_UPDATE } from '../src/server/h2grpc/wire';
+import {
+  ACK,
+  DATA,
+  encodeFrame as frame,
+  END_HEADERS,
+  END_STREAM,
+  GOAWAY,
+  HEADERS,
+  MAX_WINDOW,
+  PING,
+  PREFACE,
+  RST_STREAM,
+  SETTINGS,
+  SETTINGS_INITIAL_WINDOW_SIZE,
+  u32,
+  WINDOW_UPDATE,
+} from '../src/server/h2grpc/wire';
 import { distinctRequest, grpcFrame, percentile } from './fleet';
 
 // A load generator for what h2load cannot do: a different request body per call (h2load sends
@@ -45,8 +61,6 @@ function frames(a: Args): Buffer[] {
     ),
   );
 }
-
-
 
 interface Shared {
   a: Args;
@@ -185,7 +199,15 @@ class Connection {
 
 async function main(): Promise<void> {
   const a = JSON.parse(process.argv[2]) as Args;
-  const block = encodeHeaders({ ':method': 'POST', ':scheme': 'http', ':path': METHOD, ':authority': `127.0.0.1:${a.port}`, 'content-type': 'application/grpc', te: 'trailers', 'grpc-timeout': '1S' });
+  const block = encodeHeaders({
+    ':method': 'POST',
+    ':scheme': 'http',
+    ':path': METHOD,
+    ':authority': `127.0.0.1:${a.port}`,
+    'content-type': 'application/grpc',
+    te: 'trailers',
+    'grpc-timeout': '1S',
+  });
   const started = performance.now();
   let connections: Connection[] = [];
   const shared = await new Promise<Shared>((resolve, reject) => {

@@ -97,16 +97,29 @@ export function capBench(maxKeys = 1_000_000): CapRow[] {
   };
   const opts = { countDeniedHits: false };
   const rows: CapRow[] = [];
-  const row = (name: string, store: MemoryStore, opsPerSec: number) => rows.push({ name, opsPerSec, worstMs, size: store.size, overflowBytes: store.overflowBytes });
+  const row = (name: string, store: MemoryStore, opsPerSec: number) =>
+    rows.push({ name, opsPerSec, worstMs, size: store.size, overflowBytes: store.overflowBytes });
 
   const clock = new ManualClock(1_800_000_000_000);
   const store = new MemoryStore({ clock, maxKeys });
   // Fill to the cap: 4/5 daily counters, then 1/5 per-second ones (timed: below the cap).
   for (let i = 0; i < maxKeys - n; i++) store.decideNow([dayCheck(key('d', i))], opts);
-  row('below the cap (new keys)', store, timed(n, (i) => store.decideNow([secondCheck(key('s', i))], opts)));
+  row(
+    'below the cap (new keys)',
+    store,
+    timed(n, (i) => store.decideNow([secondCheck(key('s', i))], opts)),
+  );
   clock.advance(1000);
-  row('at the cap, expired ones reclaimed', store, timed(n, (i) => store.decideNow([dayCheck(key('r', i))], opts)));
-  row('at the cap, all live (approximate)', store, timed(n, (i) => store.decideNow([dayCheck(key('o', i))], opts)));
+  row(
+    'at the cap, expired ones reclaimed',
+    store,
+    timed(n, (i) => store.decideNow([dayCheck(key('r', i))], opts)),
+  );
+  row(
+    'at the cap, all live (approximate)',
+    store,
+    timed(n, (i) => store.decideNow([dayCheck(key('o', i))], opts)),
+  );
   void store.close();
   return rows;
 }

@@ -164,7 +164,14 @@ export function peerRequest(descriptors: 1 | 3): RateLimitRequest {
   return { domain: 'bench', descriptors: all.slice(0, descriptors), hitsAddend: 0 };
 }
 
-export async function startUpstream(name: PeerServer, binary: string, root: string, redisPort: number, pinned: boolean, extraEnv: Record<string, string>): Promise<Running> {
+export async function startUpstream(
+  name: PeerServer,
+  binary: string,
+  root: string,
+  redisPort: number,
+  pinned: boolean,
+  extraEnv: Record<string, string>,
+): Promise<Running> {
   const [grpcPort, httpPort, debugPort] = [await freePort(), await freePort(), await freePort()];
   const env = {
     PATH: process.env.PATH ?? '',
@@ -244,7 +251,13 @@ export async function startEmpty(pinned: boolean): Promise<Running> {
 type Measured = Omit<PeerRow, 'rateRatio' | 'cpuRatio' | 'redisRatio' | 'degraded' | 'leaseServed'>;
 
 // The hot key by h2load; distinct keys by keys-load (a Node client: compare its rows with each other).
-async function load(t: Running, descriptors: 1 | 3, keys: number, requests: number, latencies: boolean): Promise<{ reqPerSec: number; p50Ms: number; p99Ms: number }> {
+async function load(
+  t: Running,
+  descriptors: 1 | 3,
+  keys: number,
+  requests: number,
+  latencies: boolean,
+): Promise<{ reqPerSec: number; p50Ms: number; p99Ms: number }> {
   const request = peerRequest(descriptors);
   if (keys > 1) return runKeysLoad({ port: t.grpcPort, requests, descriptors, keys, template: request, label: t.name });
   const r = await runH2load({ port: t.grpcPort, request, requests, latencies });
@@ -343,7 +356,12 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
       const ref = ups.reduce((a, b) => (b.reqPerSec > a.reqPerSec ? b : a));
       for (const t of servers) {
         const m = best.get(`${t.name}/${descriptors}/${keys}`)!;
-        rows.push({ ...m, rateRatio: m.reqPerSec / ref.reqPerSec, cpuRatio: m.serverCpuUsPerReq / ref.serverCpuUsPerReq, redisRatio: m.redisCpuUsPerDescriptor / ref.redisCpuUsPerDescriptor });
+        rows.push({
+          ...m,
+          rateRatio: m.reqPerSec / ref.reqPerSec,
+          cpuRatio: m.serverCpuUsPerReq / ref.serverCpuUsPerReq,
+          redisRatio: m.redisCpuUsPerDescriptor / ref.redisCpuUsPerDescriptor,
+        });
       }
     }
 
@@ -353,18 +371,34 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
     let floor: PeerBench['floor'];
     if (off?.requestsPerScriptCall !== undefined && up3 !== undefined) {
       await clearCounters(redis);
-      const us = await scriptFloor(redis, { template: peerRequest(3), limitPerMinute: PEER_LIMIT_PER_MINUTE, batchRequests: off.requestsPerScriptCall, requests: Math.round(requests / 2), windowHashes: true });
+      const us = await scriptFloor(redis, {
+        template: peerRequest(3),
+        limitPerMinute: PEER_LIMIT_PER_MINUTE,
+        batchRequests: off.requestsPerScriptCall,
+        requests: Math.round(requests / 2),
+        windowHashes: true,
+      });
       floor = { batchRequests: off.requestsPerScriptCall, redisCpuUsPerDescriptor: us, redisRatio: us / up3.redisCpuUsPerDescriptor };
     }
 
     // Latency at half upstream's best rate (1 descriptor, hot key), paced (h2load --rps) on 16
     // connections x 1 stream: one stream per connection, so no bursts, and each connection's pace
     // (a request every ~2 ms here) stays above either service's latency.
-    const ref1 = rows.filter((r) => r.descriptors === 1 && r.keys === 1 && r.server.startsWith('upstream')).reduce((a, b) => (b.reqPerSec > a.reqPerSec ? b : a));
+    const ref1 = rows
+      .filter((r) => r.descriptors === 1 && r.keys === 1 && r.server.startsWith('upstream'))
+      .reduce((a, b) => (b.reqPerSec > a.reqPerSec ? b : a));
     const perConnection = Math.max(1, Math.round(ref1.reqPerSec / 2 / PACED_CONNECTIONS));
     const halfRate: PeerBench['halfRate'] = [];
     for (const t of servers.filter((s) => s.name === ref1.server || s.name.startsWith('sluice'))) {
-      const r = await runH2load({ port: t.grpcPort, request: peerRequest(1), requests: perConnection * PACED_CONNECTIONS * 10, connections: PACED_CONNECTIONS, streams: 1, rpsPerConnection: perConnection, latencies: true });
+      const r = await runH2load({
+        port: t.grpcPort,
+        request: peerRequest(1),
+        requests: perConnection * PACED_CONNECTIONS * 10,
+        connections: PACED_CONNECTIONS,
+        streams: 1,
+        rpsPerConnection: perConnection,
+        latencies: true,
+      });
       const lat = r.latenciesMs ?? [];
       halfRate.push({ server: t.name, reqPerSec: r.reqPerSec, p50Ms: percentile(lat, 50), p99Ms: percentile(lat, 99) });
     }
@@ -378,7 +412,8 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
         r.degraded = degraded;
         r.leaseServed = metricSum(metrics, 'sluice_lease_hits_served_locally_total');
       }
-      if (degraded > 0 || failed > 0) throw new Error(`${t.name} answered ${degraded} requests without Redis (degraded) and failed ${failed}: its rows are not Redis decisions`);
+      if (degraded > 0 || failed > 0)
+        throw new Error(`${t.name} answered ${degraded} requests without Redis (degraded) and failed ${failed}: its rows are not Redis decisions`);
     }
     return {
       rows,
@@ -419,7 +454,13 @@ export function peerTable(rows: readonly PeerRow[]): string {
 
 // Decisions/s per core of each row, with its ratio to upstream, grouped by descriptors.
 export function peerChart(rows: readonly PeerRow[], caption: string): string {
-  const colour: Record<PeerServer, string> = { upstream: '#9e9e9e', 'upstream, pipeline 150us': '#bdbdbd', 'sluice, leases off': '#e45756', 'sluice, leases on': '#4c78a8', [EMPTY_HANDLER]: '#f2cf5b' };
+  const colour: Record<PeerServer, string> = {
+    upstream: '#9e9e9e',
+    'upstream, pipeline 150us': '#bdbdbd',
+    'sluice, leases off': '#e45756',
+    'sluice, leases on': '#4c78a8',
+    [EMPTY_HANDLER]: '#f2cf5b',
+  };
   const group = (r: PeerRow) => `${r.descriptors}/${r.keys}`;
   const sorted = [...new Set(rows.map(group))].flatMap((g) => rows.filter((r) => group(r) === g));
   return horizontalBars({

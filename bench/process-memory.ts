@@ -50,7 +50,11 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 // The CLI, until its "listening" line (a 100,000-descriptor config takes a while to compile).
 function start(args: string[]): Promise<{ child: ChildProcess; httpPort: number }> {
-  const child = spawn(process.execPath, [MAIN, 'serve', '--grpc-port', '0', '--http-port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1', ...args], { cwd: REPO, env: { PATH: process.env.PATH }, stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(
+    process.execPath,
+    [MAIN, 'serve', '--grpc-port', '0', '--http-port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1', ...args],
+    { cwd: REPO, env: { PATH: process.env.PATH }, stdio: ['ignore', 'pipe', 'inherit'] },
+  );
   return new Promise((resolve, reject) => {
     child.once('exit', (code) => reject(new Error(`sluice exited with ${code}`)));
     readline.createInterface({ input: child.stdout! }).on('line', (line) => {
@@ -74,7 +78,20 @@ async function measure(redisPort: number, workers: number, descriptors: number):
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mem-'));
   const text = configOf(descriptors);
   fs.writeFileSync(path.join(dir, 'mem.yaml'), text);
-  const server = await start(['--config', dir, '--store', 'redis', '--redis-url', `127.0.0.1:${redisPort}`, '--workers', String(workers), '--config-max-file-bytes', String(64 << 20), '--config-max-descriptors', String(descriptors + 10)]);
+  const server = await start([
+    '--config',
+    dir,
+    '--store',
+    'redis',
+    '--redis-url',
+    `127.0.0.1:${redisPort}`,
+    '--workers',
+    String(workers),
+    '--config-max-file-bytes',
+    String(64 << 20),
+    '--config-max-descriptors',
+    String(descriptors + 10),
+  ]);
   try {
     for (const until = Date.now() + 60_000; (await fetch(`http://127.0.0.1:${server.httpPort}/healthcheck`)).status !== 200; await sleep(50)) {
       if (Date.now() > until) throw new Error('not ready within 60 s');
@@ -115,13 +132,16 @@ export function processMemoryTable(rows: MemoryRow[]): string[] {
   const mb = (n: number) => (n / 1e6).toFixed(1);
   const lines = ['  WORKERS  descriptors  config bytes   process   RSS MB  anonymous MB'];
   for (const r of rows) {
-    for (const p of r.processes) lines.push(`  ${String(r.workers).padStart(7)}  ${String(r.descriptors).padStart(11)}  ${String(r.configBytes).padStart(12)}   ${p.role.padEnd(8)} ${mb(p.rssBytes).padStart(7)}  ${mb(p.anonBytes).padStart(12)}`);
+    for (const p of r.processes)
+      lines.push(
+        `  ${String(r.workers).padStart(7)}  ${String(r.descriptors).padStart(11)}  ${String(r.configBytes).padStart(12)}   ${p.role.padEnd(8)} ${mb(p.rssBytes).padStart(7)}  ${mb(p.anonBytes).padStart(12)}`,
+      );
   }
   const base = rows.find((r) => r.workers === 1 && r.descriptors === 1);
   const big = rows.filter((r) => r.workers === 1 && r.descriptors >= 1000);
   if (base !== undefined) {
     for (const r of big) {
-      const per1k = ((r.processes[0].anonBytes - base.processes[0].anonBytes) / (r.descriptors / 1000)) / 1e6;
+      const per1k = (r.processes[0].anonBytes - base.processes[0].anonBytes) / (r.descriptors / 1000) / 1e6;
       lines.push(`  ${r.descriptors} descriptors: ${per1k.toFixed(2)} MB anonymous per 1,000 descriptors over the one-rule config`);
     }
   }

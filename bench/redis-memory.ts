@@ -36,7 +36,9 @@ export async function redisMemory(count = 20_000): Promise<{ layout: string; mem
     return `skipped: ${(err as Error).message}`;
   }
   const client = new Redis({ port: node.port, host: '127.0.0.1' });
-  const stores = [false, true].map((windowHashes) => new RedisStore({ clients: [client], cluster: false, events: silentEvents, keyPrefix: 'sluice:', windowHashes }));
+  const stores = [false, true].map(
+    (windowHashes) => new RedisStore({ clients: [client], cluster: false, events: silentEvents, keyPrefix: 'sluice:', windowHashes }),
+  );
   const rows = [];
   try {
     for (const [algorithm, windowHashes] of [...ALGORITHMS.map((a) => [a, false] as const), ['fixed_window', true] as const]) {

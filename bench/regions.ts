@@ -100,10 +100,36 @@ export async function regionsBench(scale: number): Promise<RegionsBench> {
     for (const algorithm of REGION_ALGORITHMS) {
       // The shift comes 15 s into an epoch minute (3 min 15 s into the drive), while a fixed window
       // still holds half its budget: at twice the limit offered, a window is spent by its 30th second.
-      const deny = await runScenario({ algorithm, scale, settings: {}, phases: [['steady', 120], ['cut', 30], ['restored', 45], ['shift', 60]] });
-      const share = await runScenario({ algorithm, scale, settings: { globalPartitionPolicy: '50%' }, phases: [['steady', 60], ['cut', 30], ['restored', 60]] });
+      const deny = await runScenario({
+        algorithm,
+        scale,
+        settings: {},
+        phases: [
+          ['steady', 120],
+          ['cut', 30],
+          ['restored', 45],
+          ['shift', 60],
+        ],
+      });
+      const share = await runScenario({
+        algorithm,
+        scale,
+        settings: { globalPartitionPolicy: '50%' },
+        phases: [
+          ['steady', 60],
+          ['cut', 30],
+          ['restored', 60],
+        ],
+      });
       const baseline = await baselineLatency(algorithm, scale);
-      columns.push([...steadyFigures(deny), ...baseline, ...cutFigures(deny, 'deny'), ...shiftFigures(deny), ...cutFigures(share, '50%'), ...health(deny, share)]);
+      columns.push([
+        ...steadyFigures(deny),
+        ...baseline,
+        ...cutFigures(deny, 'deny'),
+        ...shiftFigures(deny),
+        ...cutFigures(share, '50%'),
+        ...health(deny, share),
+      ]);
       if (algorithm === 'token_bucket') chart = deny;
     }
   } finally {
@@ -114,12 +140,14 @@ export async function regionsBench(scale: number): Promise<RegionsBench> {
 
 function configYaml(algorithm: Algorithm): string {
   const burst = algorithm === 'token_bucket' ? `, burst: ${LIMIT}` : '';
-  return [
-    'domain: mr',
-    'descriptors:',
-    `  - key: tenant\n    rate_limit: { unit: minute, requests_per_unit: ${LIMIT}, algorithm: ${algorithm}${burst} }`,
-    `  - key: probe\n    rate_limit: { unit: minute, requests_per_unit: 1000000000, algorithm: ${algorithm} }`,
-  ].join('\n') + '\n';
+  return (
+    [
+      'domain: mr',
+      'descriptors:',
+      `  - key: tenant\n    rate_limit: { unit: minute, requests_per_unit: ${LIMIT}, algorithm: ${algorithm}${burst} }`,
+      `  - key: probe\n    rate_limit: { unit: minute, requests_per_unit: 1000000000, algorithm: ${algorithm} }`,
+    ].join('\n') + '\n'
+  );
 }
 
 const request = () => ({ domain: 'mr', descriptors: [d(['tenant', 't1'])] });
@@ -130,7 +158,15 @@ async function probe(deployment: Deployment, seconds: number): Promise<Probe[] |
   if (!h2loadAvailable()) return `not measured: ${H2LOAD_MISSING}`;
   return Promise.all(
     deployment.regions.map(async (r) => {
-      const run = await runH2load({ port: r.apps[0].grpcPort, request: PROBE_REQUEST, requests: PROBE_PER_S * seconds, connections: 1, streams: 1, rpsPerConnection: PROBE_PER_S, latencies: true });
+      const run = await runH2load({
+        port: r.apps[0].grpcPort,
+        request: PROBE_REQUEST,
+        requests: PROBE_PER_S * seconds,
+        connections: 1,
+        streams: 1,
+        rpsPerConnection: PROBE_PER_S,
+        latencies: true,
+      });
       return { region: r.name, latenciesMs: run.latenciesMs ?? [], requests: run.requests, status2xx: run.status2xx };
     }),
   );
@@ -161,7 +197,16 @@ async function runScenario(o: ScenarioOptions): Promise<Run> {
   const phases = phasesOf(o.phases, o.scale);
   // Replicas as processes, as deployed: the latency measured is a replica's, not that of four
   // replicas and the load generator sharing one event loop.
-  const deployment = await startRegions({ regions: [{ name: 'a', replicas: 2 }, { name: 'b', replicas: 2 }], configYaml: configYaml(o.algorithm), delayMs: DELAY_MS, settings: { ...REPLICA, ...o.settings }, processes: true });
+  const deployment = await startRegions({
+    regions: [
+      { name: 'a', replicas: 2 },
+      { name: 'b', replicas: 2 },
+    ],
+    configYaml: configYaml(o.algorithm),
+    delayMs: DELAY_MS,
+    settings: { ...REPLICA, ...o.settings },
+    processes: true,
+  });
   try {
     const warmUpMs = WARM_UP_MS + (o.algorithm === 'token_bucket' ? BURST_SPENT_MS : 0);
     // At full scale the measured drive starts on a minute of the epoch, so the fixed window's
@@ -172,7 +217,12 @@ async function runScenario(o: ScenarioOptions): Promise<Run> {
     const marks: Promise<Mark>[] = [Promise.resolve(await mark(deployment))];
     const timers = phases.slice(1).map((p) => setTimeout(() => marks.push(enterPhase(deployment, p.name)), p.fromS * 1000));
     const probes = probe(deployment, phases[0].toS - phases[0].fromS);
-    const result = await drive({ deployment, durationMs: phases[phases.length - 1].toS * 1000, ratePerSecond: (region, t) => rateOf(phaseAt(phases, t).name, region), request });
+    const result = await drive({
+      deployment,
+      durationMs: phases[phases.length - 1].toS * 1000,
+      ratePerSecond: (region, t) => rateOf(phaseAt(phases, t).name, region),
+      request,
+    });
     timers.forEach(clearTimeout);
     marks.push(mark(deployment));
     return { algorithm: o.algorithm, result, probes: await probes, phases, marks: await Promise.all(marks) };
@@ -185,7 +235,17 @@ async function runScenario(o: ScenarioOptions): Promise<Run> {
 // no global store. What a decision costs here without any multi-region work: the reference for
 // the steady-state latency above.
 async function baselineLatency(algorithm: Algorithm, scale: number): Promise<string[][]> {
-  const deployment = await startRegions({ regions: [{ name: 'a', replicas: 2 }, { name: 'b', replicas: 2 }], configYaml: configYaml(algorithm), delayMs: 0, global: false, settings: REPLICA, processes: true });
+  const deployment = await startRegions({
+    regions: [
+      { name: 'a', replicas: 2 },
+      { name: 'b', replicas: 2 },
+    ],
+    configYaml: configYaml(algorithm),
+    delayMs: 0,
+    global: false,
+    settings: REPLICA,
+    processes: true,
+  });
   try {
     await Promise.all([drive({ deployment, durationMs: WARM_UP_MS, ratePerSecond: (region) => rateOf('steady', region), request }), probe(deployment, 1)]);
     const durationMs = Math.max(1, Math.round(60 * scale)) * 1000;
@@ -195,7 +255,10 @@ async function baselineLatency(algorithm: Algorithm, scale: number): Promise<str
     const m1 = await mark(deployment);
     const steady: Phase = { name: 'steady', fromS: 0, toS: durationMs / 1000 };
     return [
-      ['single-region reference (all four replicas on one local Redis): latency p50 / p99 / max ms, a; b', `${latency(samplesIn(result, steady, 'a'))}; ${latency(samplesIn(result, steady, 'b'))}`],
+      [
+        'single-region reference (all four replicas on one local Redis): latency p50 / p99 / max ms, a; b',
+        `${latency(samplesIn(result, steady, 'a'))}; ${latency(samplesIn(result, steady, 'b'))}`,
+      ],
       ['single-region reference: h2load probe p50 / p99 / max ms, a; b', probeLatency(await probes)],
       ['single-region reference: decision latency in sluice (server-side histogram)', `${decisionLatency(m0, m1, 'a')}; ${decisionLatency(m0, m1, 'b')}`],
     ];
@@ -230,7 +293,8 @@ async function mark(deployment: Deployment): Promise<Mark> {
 // of two busy cores; this is the time a decision spends in sluice. The histogram keeps buckets,
 // not samples: p99 is stated as the bucket bound it falls under.
 function decisionLatency(from: Mark, to: Mark, region: string): string {
-  const delta = (name: string, labels: Record<string, string>) => metricSum(to.byRegion.get(region) ?? '', name, labels) - metricSum(from.byRegion.get(region) ?? '', name, labels);
+  const delta = (name: string, labels: Record<string, string>) =>
+    metricSum(to.byRegion.get(region) ?? '', name, labels) - metricSum(from.byRegion.get(region) ?? '', name, labels);
   const count = delta('sluice_request_duration_seconds_count', { transport: 'grpc' });
   if (count <= 0) return `${region}: no calls`;
   const within = (le: number) => delta('sluice_request_duration_seconds_bucket', { transport: 'grpc', le: String(le) });
@@ -261,7 +325,8 @@ function sum(values: readonly number[], from: number, to: number): number {
 // an empty bucket holds to the limit (a full one could add its burst).
 function limitWindows(run: Run): Window[] {
   const total = admittedPerSecond(run.result);
-  if (run.algorithm === 'token_bucket') return Array.from({ length: Math.max(0, total.length - MINUTE_S + 1) }, (_, s) => ({ fromS: s, toS: s + MINUTE_S, admitted: sum(total, s, s + MINUTE_S) }));
+  if (run.algorithm === 'token_bucket')
+    return Array.from({ length: Math.max(0, total.length - MINUTE_S + 1) }, (_, s) => ({ fromS: s, toS: s + MINUTE_S, admitted: sum(total, s, s + MINUTE_S) }));
   const counts = new Map<number, number>();
   for (const s of run.result.samples) {
     const w = Math.floor((run.result.startedAtMs + s.sentAtMs) / 60_000);
@@ -291,7 +356,8 @@ function samplesIn(r: DriveResult, p: Phase, region?: string): Sample[] {
 
 const phase = (run: Run, name: PhaseName) => run.phases.find((p) => p.name === name)!;
 const markAt = (run: Run, name: PhaseName, after = 0) => run.marks[run.phases.findIndex((p) => p.name === name) + after];
-const fmt = (n: number | undefined, digits = 0) => (n === undefined || Number.isNaN(n) ? 'n/a' : n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits }));
+const fmt = (n: number | undefined, digits = 0) =>
+  n === undefined || Number.isNaN(n) ? 'n/a' : n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const vsLimit = (n: number) => (Number.isNaN(n) ? 'n/a (no window of the limit fits in the run)' : `${fmt(n)} (${fmt(n / LIMIT, 2)}×)`);
 const windowList = (windows: readonly Window[]) => windows.map((w) => `${fmt(w.admitted)}${whole(w) ? '' : ' (part)'}`).join(', ');
 const windowKind = (run: Run) => (run.algorithm === 'fixed_window' ? 'epoch minute' : '60 s');
@@ -307,19 +373,26 @@ function latencyOf(ms: readonly number[]): string {
 // Per region; an answer that was not a 2xx, or a request never answered, is named.
 function probeLatency(probes: Probe[] | string): string {
   if (typeof probes === 'string') return probes;
-  return probes.map((p) => `${latencyOf(p.latenciesMs)}${p.status2xx === p.requests ? '' : ` (${p.requests - p.status2xx} of ${p.requests} not 2xx)`}`).join('; ');
+  return probes
+    .map((p) => `${latencyOf(p.latenciesMs)}${p.status2xx === p.requests ? '' : ` (${p.requests - p.status2xx} of ${p.requests} not 2xx)`}`)
+    .join('; ');
 }
 
 function steadyFigures(run: Run): string[][] {
   const steady = phase(run, 'steady');
   const total = admittedPerSecond(run.result);
   const windows = overlapping(limitWindows(run), steady).filter(whole);
-  const perMinute = run.algorithm === 'fixed_window' ? `each whole window: ${windows.length ? windows.map((w) => vsLimit(w.admitted)).join(', ') : 'none'}` : vsLimit((sum(total, steady.fromS, steady.toS) * MINUTE_S) / (steady.toS - steady.fromS));
+  const perMinute =
+    run.algorithm === 'fixed_window'
+      ? `each whole window: ${windows.length ? windows.map((w) => vsLimit(w.admitted)).join(', ') : 'none'}`
+      : vsLimit((sum(total, steady.fromS, steady.toS) * MINUTE_S) / (steady.toS - steady.fromS));
   const probed = typeof run.probes === 'string' ? 0 : run.probes.reduce((n, p) => n + p.requests, 0);
   const decisions = samplesIn(run.result, steady).length + probed;
   const [m0, m1] = [markAt(run, 'steady'), markAt(run, 'steady', 1)];
   const calls = m1.scriptCalls - m0.scriptCalls;
-  const ops = ['lease', 'give_back', 'probe', 'absorb'].map((op) => `${op} ${fmt(metricDelta(m0, m1, 'sluice_region_global_call_duration_seconds_count', { operation: op }))}`).join(', ');
+  const ops = ['lease', 'give_back', 'probe', 'absorb']
+    .map((op) => `${op} ${fmt(metricDelta(m0, m1, 'sluice_region_global_call_duration_seconds_count', { operation: op }))}`)
+    .join(', ');
   const runCalls = run.marks[run.marks.length - 1].scriptCalls - m0.scriptCalls;
   return [
     ['steady: admitted per minute, both regions (× limit)', perMinute],
@@ -327,7 +400,10 @@ function steadyFigures(run: Run): string[][] {
     ['steady: latency p50 / p99 / max ms, region b', latency(samplesIn(run.result, steady, 'b'))],
     [`steady: h2load probe (${PROBE_PER_S}/s, one connection, a key of its own) p50 / p99 / max ms, a; b`, probeLatency(run.probes)],
     ['steady: decision latency in sluice (server-side histogram)', `${decisionLatency(m0, m1, 'a')}; ${decisionLatency(m0, m1, 'b')}`],
-    ['steady: global-store calls per decision', `${fmt(calls / decisions, 4)} (${fmt(calls)} script calls / ${fmt(decisions)} decisions: ${ops}); whole run ${fmt(runCalls / (run.result.totals.sent + probed), 4)}`],
+    [
+      'steady: global-store calls per decision',
+      `${fmt(calls / decisions, 4)} (${fmt(calls)} script calls / ${fmt(decisions)} decisions: ${ops}); whole run ${fmt(runCalls / (run.result.totals.sent + probed), 4)}`,
+    ],
   ];
 }
 
@@ -344,12 +420,27 @@ function cutFigures(run: Run, policy: 'deny' | '50%'): string[][] {
   const back = secondsBackAtLimit(windows, restored);
   const p = `(${policy})`;
   return [
-    [`cut b ${cutS} s ${p}: most admitted in a ${windowKind(run)} window overlapping the cut`, `${vsLimit(maxOf(cutWindows))}${run.algorithm === 'fixed_window' ? `; windows: ${windowList(cutWindows)}` : ''}`],
-    [`cut b ${p}: admitted during the cut, a / b`, `${fmt(admitted('a', cut))} / ${fmt(admitted('b', cut))} (the limit's rate × ${cutS} s: ${fmt(LIMIT_PER_S * cutS)})`],
-    [`cut b ${p}: admitted beyond the limit's rate from the cut to the end of restored`, run.algorithm === 'token_bucket' ? `${fmt(beyond)} over ${span.toS - span.fromS} s` : '– (windows above)'],
-    [`cut b ${p}: units overshoot / reconciled (sluice_region_units_total, cut to end of restored)`, `${units('overshoot')} / ${units('reconciled')} (policy allows ${policy === 'deny' ? 0 : fmt(0.5 * LIMIT_PER_S * cutS)})`],
+    [
+      `cut b ${cutS} s ${p}: most admitted in a ${windowKind(run)} window overlapping the cut`,
+      `${vsLimit(maxOf(cutWindows))}${run.algorithm === 'fixed_window' ? `; windows: ${windowList(cutWindows)}` : ''}`,
+    ],
+    [
+      `cut b ${p}: admitted during the cut, a / b`,
+      `${fmt(admitted('a', cut))} / ${fmt(admitted('b', cut))} (the limit's rate × ${cutS} s: ${fmt(LIMIT_PER_S * cutS)})`,
+    ],
+    [
+      `cut b ${p}: admitted beyond the limit's rate from the cut to the end of restored`,
+      run.algorithm === 'token_bucket' ? `${fmt(beyond)} over ${span.toS - span.fromS} s` : '– (windows above)',
+    ],
+    [
+      `cut b ${p}: units overshoot / reconciled (sluice_region_units_total, cut to end of restored)`,
+      `${units('overshoot')} / ${units('reconciled')} (policy allows ${policy === 'deny' ? 0 : fmt(0.5 * LIMIT_PER_S * cutS)})`,
+    ],
     [`cut b ${p}: latency p50 / p99 / max ms in the cut, region b`, latency(samplesIn(run.result, cut, 'b'))],
-    [`restored ${p}: s until the ${windowKind(run)} windows are back at ≤ limit`, `${back === undefined ? `still above after ${restored.toS - restored.fromS} s` : `${back} s`} (most in a window ending then: ${fmt(maxOf(windows.filter((w) => w.toS > restored.fromS && w.toS <= restored.toS + 0.5)))})`],
+    [
+      `restored ${p}: s until the ${windowKind(run)} windows are back at ≤ limit`,
+      `${back === undefined ? `still above after ${restored.toS - restored.fromS} s` : `${back} s`} (most in a window ending then: ${fmt(maxOf(windows.filter((w) => w.toS > restored.fromS && w.toS <= restored.toS + 0.5)))})`,
+    ],
   ];
 }
 
@@ -363,9 +454,15 @@ function shiftFigures(run: Run): string[][] {
   const first = b.slice(shift.fromS, shift.fromS + 8).join(', ');
   const windows = overlapping(limitWindows(run), shift);
   return [
-    [`shift to 10% a / 90% b: s until b admits ≥ ${fmt(FAIR_TARGET_PER_S, 1)}/s (3 s mean)`, `${reached === undefined ? `not within ${shift.toS - shift.fromS} s` : `${reached} s`} (b per second from the shift: ${first}, ...)`],
+    [
+      `shift to 10% a / 90% b: s until b admits ≥ ${fmt(FAIR_TARGET_PER_S, 1)}/s (3 s mean)`,
+      `${reached === undefined ? `not within ${shift.toS - shift.fromS} s` : `${reached} s`} (b per second from the shift: ${first}, ...)`,
+    ],
     ['shift: b share of admitted (fair: 90%)', `${fmt((100 * sum(b, shift.fromS, shift.toS)) / Math.max(1, sum(total, shift.fromS, shift.toS)), 1)}%`],
-    [`shift: most admitted in a ${windowKind(run)} window overlapping the shift`, `${vsLimit(maxOf(windows))}${run.algorithm === 'fixed_window' ? `; windows: ${windowList(windows)}` : ''}`],
+    [
+      `shift: most admitted in a ${windowKind(run)} window overlapping the shift`,
+      `${vsLimit(maxOf(windows))}${run.algorithm === 'fixed_window' ? `; windows: ${windowList(windows)}` : ''}`,
+    ],
   ];
 }
 

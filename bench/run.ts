@@ -28,7 +28,13 @@ const REGIONS_CHART = path.resolve(__dirname, '../../docs/multi-region.svg');
 // attacks, compat) run; all by default.
 function wanted(section: string): boolean {
   const only = process.env.BENCH_SECTIONS;
-  return only === undefined || only.split(',').map((s) => s.trim()).includes(section);
+  return (
+    only === undefined ||
+    only
+      .split(',')
+      .map((s) => s.trim())
+      .includes(section)
+  );
 }
 
 // `npm run bench`: prints the machine, then each figure with its ratio to a baseline measured in
@@ -48,7 +54,10 @@ async function main(): Promise<void> {
     console.log('\nmemory store heap per counter (200,000 counters):');
     for (const r of memoryPerKey()) console.log(`  ${r.algorithm.padEnd(16)} ${fmt(r.bytesPerKey)} bytes`);
     console.log('\nmemory store at its key cap (MEMORY_MAX_KEYS 1,000,000; 200,000 new keys per phase):');
-    for (const r of capBench()) console.log(`  ${r.name.padEnd(36)} ${fmt(r.opsPerSec).padStart(12)} new keys/s, slowest ${r.worstMs.toFixed(1)} ms   ${fmt(r.size)} exact counters, approximate tier ${fmt(r.overflowBytes)} bytes`);
+    for (const r of capBench())
+      console.log(
+        `  ${r.name.padEnd(36)} ${fmt(r.opsPerSec).padStart(12)} new keys/s, slowest ${r.worstMs.toFixed(1)} ms   ${fmt(r.size)} exact counters, approximate tier ${fmt(r.overflowBytes)} bytes`,
+      );
   }
   if (wanted('process-memory')) {
     console.log('\nsluice processes at rest on Redis, from /proc (bench/process-memory.ts):');
@@ -61,12 +70,15 @@ async function main(): Promise<void> {
     if (typeof redis === 'string') console.log(`  ${redis}`);
     else {
       console.log(`  sample key: ${redis[0].sampleKey}`);
-      for (const r of redis) console.log(`  ${r.layout.padEnd(20)} MEMORY USAGE ${fmt(r.memoryUsage)} bytes, used_memory growth ${fmt(r.usedMemoryPerKey)} bytes/key`);
+      for (const r of redis)
+        console.log(`  ${r.layout.padEnd(20)} MEMORY USAGE ${fmt(r.memoryUsage)} bytes, used_memory growth ${fmt(r.usedMemoryPerKey)} bytes/key`);
     }
   }
   const requests = Number(process.env.BENCH_REQUESTS ?? 100_000);
   if (wanted('decisions')) {
-    console.log(`\nDecisions over gRPC, ${fmt(requests)} requests a row (100,000-key rows: ${fmt(requests / 2)}), 4 connections x 32 streams, grpc-timeout 1S:`);
+    console.log(
+      `\nDecisions over gRPC, ${fmt(requests)} requests a row (100,000-key rows: ${fmt(requests / 2)}), 4 connections x 32 streams, grpc-timeout 1S:`,
+    );
     const d = await decisionsBench(requests);
     if (typeof d === 'string') console.log(`  ${d}`);
     else {
@@ -74,10 +86,14 @@ async function main(): Promise<void> {
       console.log('');
       console.log(decisionsTable(d.rows, d.minimalScriptUs));
       console.log(`\n  minimal script (INCRBY + PEXPIRE, redis-benchmark -c 16 -P 16): ${d.minimalScriptUs.toFixed(2)} us of Redis CPU per call`);
-      console.log(`  decide script alone, 3 fixed-window limits a call (redis-benchmark -c 4 -P 32): ${d.decideScriptUs.hot.toFixed(2)} us of Redis CPU per call on the same keys, ${d.decideScriptUs.fresh.toFixed(2)} us on keys new to Redis`);
+      console.log(
+        `  decide script alone, 3 fixed-window limits a call (redis-benchmark -c 4 -P 32): ${d.decideScriptUs.hot.toFixed(2)} us of Redis CPU per call on the same keys, ${d.decideScriptUs.fresh.toFixed(2)} us on keys new to Redis`,
+      );
       const h = d.halfRate;
       console.log(`  paced at half the Redis store's maximum (fixed window, 1 descriptor, hot key; h2load --rps, 4 connections x 1 stream):`);
-      console.log(`    Redis store ${fmt(h.redis.reqPerSec)}/s, p50 ${h.redis.p50Ms.toFixed(2)} ms, p99 ${h.redis.p99Ms.toFixed(2)} ms; empty handler at the same rate: p50 ${h.empty.p50Ms.toFixed(2)} ms, p99 ${h.empty.p99Ms.toFixed(2)} ms`);
+      console.log(
+        `    Redis store ${fmt(h.redis.reqPerSec)}/s, p50 ${h.redis.p50Ms.toFixed(2)} ms, p99 ${h.redis.p99Ms.toFixed(2)} ms; empty handler at the same rate: p50 ${h.empty.p50Ms.toFixed(2)} ms, p99 ${h.empty.p99Ms.toFixed(2)} ms`,
+      );
       console.log(`  degraded answers (Redis rows): ${d.degraded}`);
       fs.writeFileSync(CHART, decisionsChart(d.rows, `${machine}, node ${process.version}; npm run bench, ${new Date().toISOString().slice(0, 10)}`));
       console.log(`  chart: ${path.relative(process.cwd(), CHART)}`);
@@ -90,11 +106,15 @@ async function main(): Promise<void> {
     else {
       console.log(`  ${fleet.command}`);
       console.log(`  per replica ${fleet.perReplica.map(fmt).join(' + ')} = ${fmt(fleet.total)} req/s`);
-      console.log(`  degraded answers ${fleet.degraded}, breaker transitions ${fleet.breakerTransitions}, hits served from leases ${fleet.leaseServed}, failed or non-2xx ${fleet.failedOrNot2xx}`);
+      console.log(
+        `  degraded answers ${fleet.degraded}, breaker transitions ${fleet.breakerTransitions}, hits served from leases ${fleet.leaseServed}, failed or non-2xx ${fleet.failedOrNot2xx}`,
+      );
     }
   }
   if (wanted('peer')) {
-    console.log(`\nBeside envoyproxy/ratelimit (Go), same redis-server, YAML and requests; ${fmt(requests)} requests a row, best of 2 alternating rounds, 4 connections x 32 streams, grpc-timeout 1S:`);
+    console.log(
+      `\nBeside envoyproxy/ratelimit (Go), same redis-server, YAML and requests; ${fmt(requests)} requests a row, best of 2 alternating rounds, 4 connections x 32 streams, grpc-timeout 1S:`,
+    );
     const p = await peerBench(requests);
     if (typeof p === 'string') console.log(`  ${p}`);
     else {
@@ -111,25 +131,40 @@ async function main(): Promise<void> {
       }
       const h = p.halfRate.map((r) => `${r.server} ${fmt(r.reqPerSec)}/s, p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms`);
       console.log(`\n  paced at half upstream's best rate (1 descriptor, hot key; h2load --rps, 16 connections x 1 stream): ${h.join('; ')}`);
-      fs.writeFileSync(PEER_CHART, peerChart(p.rows, `${machine}, node ${process.version}; ${p.pinning.startsWith('unpinned') ? 'unpinned' : 'each service on core 1, Redis and h2load on core 0'}; BENCH_SECTIONS=peer npm run bench, ${new Date().toISOString().slice(0, 10)}`));
+      fs.writeFileSync(
+        PEER_CHART,
+        peerChart(
+          p.rows,
+          `${machine}, node ${process.version}; ${p.pinning.startsWith('unpinned') ? 'unpinned' : 'each service on core 1, Redis and h2load on core 0'}; BENCH_SECTIONS=peer npm run bench, ${new Date().toISOString().slice(0, 10)}`,
+        ),
+      );
       console.log(`  chart: ${path.relative(process.cwd(), PEER_CHART)}`);
     }
   }
   if (wanted('tracing')) {
     const n = Math.min(requests, 100_000);
-    console.log(`\nTracing off vs on (every call sampled, OTLP/http to a local sink), memory store, 1 descriptor, hot key; ${fmt(n)} requests a row, best of 2 alternating rounds, 4 connections x 32 streams:`);
+    console.log(
+      `\nTracing off vs on (every call sampled, OTLP/http to a local sink), memory store, 1 descriptor, hot key; ${fmt(n)} requests a row, best of 2 alternating rounds, 4 connections x 32 streams:`,
+    );
     const t = await tracingBench(n);
     if (typeof t === 'string') console.log(`  ${t}`);
     else {
       console.log(`  ${t.command}`);
-      for (const r of t.rows) console.log(`  tracing ${r.tracing.padEnd(4)} ${fmt(r.reqPerSec).padStart(8)} decisions/s   ${r.serverCpuUsPerReq.toFixed(1).padStart(6)} us CPU/request`);
+      for (const r of t.rows)
+        console.log(
+          `  tracing ${r.tracing.padEnd(4)} ${fmt(r.reqPerSec).padStart(8)} decisions/s   ${r.serverCpuUsPerReq.toFixed(1).padStart(6)} us CPU/request`,
+        );
       const [off, on] = t.rows;
-      console.log(`  on/off: ${(on.reqPerSec / off.reqPerSec).toFixed(3)} x decisions/s, ${(on.serverCpuUsPerReq / off.serverCpuUsPerReq).toFixed(3)} x CPU per request; spans received ${fmt(t.spans)} of ${fmt(t.expectedSpans)} (2 per call)`);
+      console.log(
+        `  on/off: ${(on.reqPerSec / off.reqPerSec).toFixed(3)} x decisions/s, ${(on.serverCpuUsPerReq / off.serverCpuUsPerReq).toFixed(3)} x CPU per request; spans received ${fmt(t.spans)} of ${fmt(t.expectedSpans)} (2 per call)`,
+      );
     }
   }
   if (wanted('connections')) {
     const { scale, seconds } = connectionsScale();
-    console.log(`\nMany connections x 1 req/s each (500, 1,000, 4,000 scaled x${scale}; ${seconds} s a row), 1 stream each, grpc-timeout 1S, 3 descriptors, one Redis, every answer from Redis; h2load split into 10 processes 0.1 s apart:`);
+    console.log(
+      `\nMany connections x 1 req/s each (500, 1,000, 4,000 scaled x${scale}; ${seconds} s a row), 1 stream each, grpc-timeout 1S, 3 descriptors, one Redis, every answer from Redis; h2load split into 10 processes 0.1 s apart:`,
+    );
     const c = await connectionsBench();
     if (typeof c === 'string') console.log(`  ${c}`);
     else {
@@ -144,14 +179,18 @@ async function main(): Promise<void> {
     }
   }
   if (wanted('first-call')) {
-    console.log('\nFirst decision on a new connection (bench/first-call.ts): servers started 5 times, 40 new connections after each, one ShouldRateLimit each (3 descriptors, grpc-timeout 20m), one Redis:');
+    console.log(
+      '\nFirst decision on a new connection (bench/first-call.ts): servers started 5 times, 40 new connections after each, one ShouldRateLimit each (3 descriptors, grpc-timeout 20m), one Redis:',
+    );
     const f = await firstCallBench();
     for (const n of f.notes) console.log(`  ${n}`);
     console.log(firstCallTable(f.rows));
   }
   if (wanted('envoy-in-front')) await envoyInFrontSection();
   if (wanted('grpc-impl')) {
-    console.log(`\nsluice on grpc-js vs its own gRPC server on node:http2 and on its own HTTP/2 (GRPC_SERVER_IMPL), same Redis and requests; ${fmt(requests)} requests a row, best of 2 alternating rounds:`);
+    console.log(
+      `\nsluice on grpc-js vs its own gRPC server on node:http2 and on its own HTTP/2 (GRPC_SERVER_IMPL), same Redis and requests; ${fmt(requests)} requests a row, best of 2 alternating rounds:`,
+    );
     const g = await grpcImplBench(requests);
     if (typeof g === 'string') console.log(`  ${g}`);
     else {
@@ -166,7 +205,9 @@ async function main(): Promise<void> {
     }
   }
   if (wanted('attacks')) {
-    console.log('\nOne attacker connection against each gRPC server (issue 33; test/support/h2-attacks.ts), a legitimate grpc-js client calling one call after another on its own connection (1 s deadline), a new server process per row; times from the first abusive frame (handshake: from connecting; idle: from the last answer), floods stop after 3 s:');
+    console.log(
+      '\nOne attacker connection against each gRPC server (issue 33; test/support/h2-attacks.ts), a legitimate grpc-js client calling one call after another on its own connection (1 s deadline), a new server process per row; times from the first abusive frame (handshake: from connecting; idle: from the last answer), floods stop after 3 s:',
+    );
     console.log('');
     console.log(attacksTable(await attacksBench()));
   }
@@ -177,7 +218,9 @@ async function main(): Promise<void> {
   if (wanted('regions')) {
     const scale = regionsScale();
     const command = `BENCH_SECTIONS=regions ${scale === 1 ? '' : `REGIONS_BENCH_SCALE=${scale} `}npm run bench`;
-    console.log(`\nMulti-region: 2 regions x 2 replicas, each on its own Redis, global Redis 40 ms away (one way); one tenant at 1000/min, offered 2x (70% a / 30% b); warm-up 5 s (token bucket: +60 s, its burst spent) not measured; phases scaled x${scale}:`);
+    console.log(
+      `\nMulti-region: 2 regions x 2 replicas, each on its own Redis, global Redis 40 ms away (one way); one tenant at 1000/min, offered 2x (70% a / 30% b); warm-up 5 s (token bucket: +60 s, its burst spent) not measured; phases scaled x${scale}:`,
+    );
     console.log(`  ${command}`);
     const r = await regionsBench(scale);
     console.log(regionsTable(r));
@@ -189,7 +232,9 @@ async function main(): Promise<void> {
     }
   }
   if (wanted('compat')) {
-    console.log("\nCompatibility report: envoyproxy/ratelimit's integration tests at f2fb157 against sluice, COMPAT_MODE=upstream (scripts/upstream-integration.sh; docs/migrating.md):");
+    console.log(
+      "\nCompatibility report: envoyproxy/ratelimit's integration tests at f2fb157 against sluice, COMPAT_MODE=upstream (scripts/upstream-integration.sh; docs/migrating.md):",
+    );
     const r = await upstreamIntegration();
     for (const line of r.lines) console.log(`  ${line}`);
     if (r.code !== 0) console.log(`  (the script exited ${r.code}: see its lines above)`);
@@ -206,7 +251,9 @@ async function envoyInFrontSection(): Promise<void> {
     return;
   }
   const knobs = `${scale.scale === 1 ? '' : `BENCH_ENVOY_SCALE=${scale.scale} `}${scale.burner ? '' : 'BENCH_ENVOY_BURNER=0 '}${scale.workers === 'auto' ? '' : `BENCH_ENVOY_WORKERS=${scale.workers} `}`;
-  console.log(`\nEnvoy in front (bench/envoy-in-front.ts): envoy/envoy.yaml, addresses rewritten only, in front of 2 sluice replicas on one Redis, then of 2 envoyproxy/ratelimit replicas on another; Envoy's own counters (cluster.upstream.ratelimit.*, admin /stats) per row:`);
+  console.log(
+    `\nEnvoy in front (bench/envoy-in-front.ts): envoy/envoy.yaml, addresses rewritten only, in front of 2 sluice replicas on one Redis, then of 2 envoyproxy/ratelimit replicas on another; Envoy's own counters (cluster.upstream.ratelimit.*, admin /stats) per row:`,
+  );
   console.log(`  BENCH_SECTIONS=envoy-in-front ${knobs}npm run bench`);
   const r = await envoyInFrontBench(scale);
   if (typeof r === 'string') return console.log(`  ${r}`);
@@ -226,7 +273,9 @@ function decisionsTable(rows: readonly DecisionRow[], minimalUs: number): string
   for (const r of rows) {
     const redis = r.redisCpuUsPerReq === undefined ? '' : `${r.redisCpuUsPerReq.toFixed(1)} (${(r.redisCpuUsPerReq / minimalUs).toFixed(2)}×)`;
     const keys = r.keys === 1 ? '1 (h2load)' : `${fmt(r.keys)} (keys-load)`;
-    lines.push(`| ${r.target} | ${r.target === 'empty handler' ? '–' : r.algorithm} | ${r.descriptors} | ${keys} | ${fmt(r.reqPerSec)} | ${r.ratio.toFixed(2)} | ${r.p50Ms.toFixed(1)} | ${r.p99Ms.toFixed(1)} | ${r.serverCpuUsPerReq.toFixed(0)} | ${redis} |`);
+    lines.push(
+      `| ${r.target} | ${r.target === 'empty handler' ? '–' : r.algorithm} | ${r.descriptors} | ${keys} | ${fmt(r.reqPerSec)} | ${r.ratio.toFixed(2)} | ${r.p50Ms.toFixed(1)} | ${r.p99Ms.toFixed(1)} | ${r.serverCpuUsPerReq.toFixed(0)} | ${redis} |`,
+    );
   }
   return lines.join('\n');
 }

@@ -109,7 +109,8 @@ export async function scriptFloor(redis: RedisNode, o: FloorOptions): Promise<nu
           }
           const [numKeys, args] = decideArgs(reqs, false, '', 'request', windows);
           const reply = (await conn.call('FCALL', 'sluice_bench_floor', numKeys, ...args)) as unknown[];
-          if (reply.length !== (1 + descriptors) * reqs.length + 1) throw new Error(`floor function answered ${reply.length} entries for ${reqs.length} requests`);
+          if (reply.length !== (1 + descriptors) * reqs.length + 1)
+            throw new Error(`floor function answered ${reply.length} entries for ${reqs.length} requests`);
         }
       };
       await Promise.all(Array.from({ length: IN_FLIGHT }, worker));

@@ -66,7 +66,10 @@ export async function tracingBench(requests: number): Promise<TracingBench | str
     for (const s of [off, on]) await runH2load({ port: s.grpcPort, request: REQUEST, requests: warmUp });
     const best = new Map<TracingRow['tracing'], TracingRow & { command: string }>();
     for (let round = 0; round < 2; round++) {
-      for (const [s, tracing] of [[off, 'off'], [on, 'on']] as const) {
+      for (const [s, tracing] of [
+        [off, 'off'],
+        [on, 'on'],
+      ] as const) {
         const r = await row(s, tracing, requests);
         if ((best.get(tracing)?.reqPerSec ?? 0) < r.reqPerSec) best.set(tracing, r);
       }

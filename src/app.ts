@@ -67,10 +67,12 @@ function createStore(settings: Settings, metrics: Metrics, logger: Logger, clock
     const targets = redisTargets(settings);
     const keys = { keyPrefix: settings.cacheKeyPrefix, windowHashes: settings.windowCounters === 'hash' };
     // The per-second Redis' events are the main one's, labelled.
-    const perSecond = targets.perSecond === undefined ? undefined : redisStore(targets.perSecond, perSecondEvents(events), logger.child({ redis: 'persecond' }), keys);
+    const perSecond =
+      targets.perSecond === undefined ? undefined : redisStore(targets.perSecond, perSecondEvents(events), logger.child({ redis: 'persecond' }), keys);
     const redis = redisStore(targets.main, events, logger, keys);
     const options = { ...redisStackOptions(settings), onOverLimitCache: (stats: OverLimitCacheStats) => metrics.addLocalCache(stats) };
-    if (targets.global !== undefined) return createRegionalStack(redis, events, options, regionOptions(settings, targets.global, { metrics, logger, events, keys }));
+    if (targets.global !== undefined)
+      return createRegionalStack(redis, events, options, regionOptions(settings, targets.global, { metrics, logger, events, keys }));
     if (perSecond !== undefined) return createPerSecondSplit({ main: redis, perSecond, events, options, perSecondStalledMs: settings.redisPerSecondTimeoutMs });
     return createRedisStack(redis, events, options);
   }
@@ -83,7 +85,11 @@ function redisStore(target: RedisTarget, events: StoreEvents, logger: Logger, ke
 
 // Multi-region: the global Redis (its target: the regional connection settings but its own URL,
 // type and password), and the region's settings.
-function regionOptions(settings: Settings, target: RedisTarget, o: { metrics: Metrics; logger: Logger; events: StoreEvents; keys: { keyPrefix: string; windowHashes: boolean } }): RegionOptions {
+function regionOptions(
+  settings: Settings,
+  target: RedisTarget,
+  o: { metrics: Metrics; logger: Logger; events: StoreEvents; keys: { keyPrefix: string; windowHashes: boolean } },
+): RegionOptions {
   const { events } = o;
   // Its calls are timed apart from the regional Redis' (operation global_lease, ...).
   const globalEvents: StoreEvents = { ...events, storeCall: (operation, seconds, ok) => events.storeCall(`global_${operation}`, seconds, ok) };
@@ -121,7 +127,10 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
   const logger = options.logger ?? createLogger(settings.logLevel, undefined, { format: settings.logFormat });
   const metrics = new Metrics({ defaultMetrics: true, extraTags: settings.extraTags });
   const store = options.store ?? createStore(settings, metrics, logger, options.clock);
-  const health = new HealthState(() => store.ready(), () => store.degraded?.());
+  const health = new HealthState(
+    () => store.ready(),
+    () => store.degraded?.(),
+  );
   store.onReadyChange?.(() => health.refresh());
   health.on('change', (status: string) => logger.info({ event: 'health', status, reasons: health.reasons() }, `health: ${status}`));
   const xds = settings.configType === 'grpc_xds_sotw';
@@ -144,8 +153,21 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
   });
   const { watcher, xds: xdsSource } = fed ? {} : configSources(settings, config, logger);
   const service = new RateLimitService({ config, store, settings, sink: metricsDecisionSink(metrics, settings.nearLimitRatio), logger, clock: options.clock });
-  const rlqsOptions = { assignmentTtlMs: settings.rlqsAssignmentTtlMs, unknownBucket: settings.rlqsUnknownBucket, maxBucketsPerStream: settings.rlqsMaxBucketsPerStream };
-  const quota = new RateLimitQuotaService({ config, store, limiter: service.limiter, bounds: service.bounds, options: rlqsOptions, events: rlqsEvents(metrics), logger, clock: options.clock });
+  const rlqsOptions = {
+    assignmentTtlMs: settings.rlqsAssignmentTtlMs,
+    unknownBucket: settings.rlqsUnknownBucket,
+    maxBucketsPerStream: settings.rlqsMaxBucketsPerStream,
+  };
+  const quota = new RateLimitQuotaService({
+    config,
+    store,
+    limiter: service.limiter,
+    bounds: service.bounds,
+    options: rlqsOptions,
+    events: rlqsEvents(metrics),
+    logger,
+    clock: options.clock,
+  });
   const statsd = settings.statsdEnabled
     ? new StatsdSink(metrics, {
         host: settings.statsdHost,
@@ -171,16 +193,26 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
     config,
     logger,
     async start() {
-      logger.info({ event: 'starting', build: buildInfo(), settings: describeSettings(settings) }, `sluice ${VERSION} starting (Node.js ${process.versions.node})`);
+      logger.info(
+        { event: 'starting', build: buildInfo(), settings: describeSettings(settings) },
+        `sluice ${VERSION} starting (Node.js ${process.versions.node})`,
+      );
       logStoreChoice(settings, logger);
       const mode = compatModeLine(settings);
       logger.info(mode.fields, mode.message);
       if (xds && settings.configPaths.length > 0) {
-        logger.warn({ event: 'config_paths_ignored', paths: settings.configPaths }, `CONFIG_TYPE=GRPC_XDS_SOTW: config comes from ${settings.xdsServerUrl}; CONFIG_PATH / --config (${settings.configPaths.join(', ')}) is not read`);
+        logger.warn(
+          { event: 'config_paths_ignored', paths: settings.configPaths },
+          `CONFIG_TYPE=GRPC_XDS_SOTW: config comes from ${settings.xdsServerUrl}; CONFIG_PATH / --config (${settings.configPaths.join(', ')}) is not read`,
+        );
       }
       startConfig({ settings, config, health, watcher, xds: xdsSource, fed });
       statsd?.start();
-      const connection = { maxConcurrentStreams: settings.grpcMaxConcurrentStreams, handshakeTimeoutMs: settings.grpcHandshakeTimeoutMs, maxConnectionIdleMs: settings.grpcMaxConnectionIdleMs };
+      const connection = {
+        maxConcurrentStreams: settings.grpcMaxConcurrentStreams,
+        handshakeTimeoutMs: settings.grpcHandshakeTimeoutMs,
+        maxConnectionIdleMs: settings.grpcMaxConnectionIdleMs,
+      };
       grpcServer = createGrpcListener(settings.grpcServerImpl, { service, quota, health, metrics, logger, tracer, connection });
       tls = serverTls(settings, logger);
       await tls?.ready;
@@ -198,7 +230,17 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       const prometheusPort = await prometheus?.start();
       const ports = { grpcPort, httpPort, adminPort, httpTls: httpTls !== undefined };
       logger.info(
-        { event: 'listening', grpcPort, httpPort, adminPort, prometheusPort, tls: settings.grpcTls, httpTls: httpTls !== undefined, store: store.kind, health: health.status },
+        {
+          event: 'listening',
+          grpcPort,
+          httpPort,
+          adminPort,
+          prometheusPort,
+          tls: settings.grpcTls,
+          httpTls: httpTls !== undefined,
+          store: store.kind,
+          health: health.status,
+        },
         listeningLine(settings, ports, config),
       );
       return { grpcPort, httpPort, adminPort, prometheusPort };
@@ -233,7 +275,12 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
 
 // A listener's settings as the user gave them, for a bind failure's message (listen-error.ts).
 function listenTarget(s: Settings, hostKey: 'grpcHost' | 'host' | 'adminHost', portKey: 'grpcPort' | 'httpPort' | 'adminPort'): ListenTarget {
-  return { hostSetting: `${settingName(s, hostKey)}=${s[hostKey]}`, portSetting: `${settingName(s, portKey)}=${s[portKey]}`, host: s[hostKey], port: s[portKey] };
+  return {
+    hostSetting: `${settingName(s, hostKey)}=${s[hostKey]}`,
+    portSetting: `${settingName(s, portKey)}=${s[portKey]}`,
+    host: s[hostKey],
+    port: s[portKey],
+  };
 }
 
 export function configLimits(settings: Settings): ConfigLimits {
@@ -314,4 +361,3 @@ function httpOptions(s: Settings): HttpServerOptions {
     maxConnections: s.httpMaxConnections,
   };
 }
-

@@ -72,7 +72,10 @@ export function settingsHelp(): string {
 }
 
 export function checkUsage(flags: readonly string[]): string {
-  const rows = table(SETTINGS.filter((s) => flags.includes(s.flag)), true);
+  const rows = table(
+    SETTINGS.filter((s) => flags.includes(s.flag)),
+    true,
+  );
   return [
     'usage: sluice check [flags] PATH...',
     '',

@@ -72,4 +72,3 @@ export function runCheck(args: readonly string[], out: NodeJS.WritableStream, er
   out.write(`OK: ${config.files.length} file(s), domains: ${[...config.domains.keys()].join(', ')}${warned}\n`);
   return 0;
 }
-

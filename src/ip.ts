@@ -30,7 +30,13 @@ function v6Bytes(addr: string): number[] {
     text = text.slice(0, -dotted[1].length) + '0:0';
   }
   const [head, rest] = text.split('::');
-  const parse = (s: string | undefined) => (s ? s.split(':').filter((x) => x !== '').map((h) => parseInt(h, 16)) : []);
+  const parse = (s: string | undefined) =>
+    s
+      ? s
+          .split(':')
+          .filter((x) => x !== '')
+          .map((h) => parseInt(h, 16))
+      : [];
   const left = parse(head);
   const right = parse(rest);
   const groups = rest === undefined ? left : [...left, ...Array(8 - left.length - right.length).fill(0), ...right];

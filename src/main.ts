@@ -15,7 +15,9 @@ import { VERSION } from './version';
 async function serve(argv: string[]): Promise<void> {
   const settings = loadSettings(argv);
   if (settings.configType === 'file' && settings.configPaths.length === 0) {
-    throw new SettingsError('no config: pass --config PATH (or set CONFIG_PATH, or RUNTIME_ROOT for the upstream layout, or CONFIG_TYPE=GRPC_XDS_SOTW for config over xDS)');
+    throw new SettingsError(
+      'no config: pass --config PATH (or set CONFIG_PATH, or RUNTIME_ROOT for the upstream layout, or CONFIG_TYPE=GRPC_XDS_SOTW for config over xDS)',
+    );
   }
   // WORKERS > 1: this process is the primary (server/workers.ts) or one of its workers.
   if (cluster.isWorker) return runWorker(settings);
@@ -45,7 +47,10 @@ function warnAtStart(logger: Logger, settings: Settings): void {
   for (const c of conflictingNames(settings, process.env)) logger.warn({ event: 'settings_conflict', names: c.names, used: c.used }, c.message);
   const notRead = upstreamSettingsNotRead(process.env);
   if (notRead.length > 0) {
-    logger.warn({ event: 'upstream_settings_not_read', names: notRead }, `envoyproxy/ratelimit settings that sluice does not read: ${notRead.join(', ')} (docs/migrating.md says what sluice does instead)`);
+    logger.warn(
+      { event: 'upstream_settings_not_read', names: notRead },
+      `envoyproxy/ratelimit settings that sluice does not read: ${notRead.join(', ')} (docs/migrating.md says what sluice does instead)`,
+    );
   }
 }
 

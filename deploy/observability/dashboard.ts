@@ -31,7 +31,9 @@ const size = (w = 12, h = 8) => ({ x: 0, y: 0, w, h });
 function decisions() {
   return new timeseries.PanelBuilder()
     .title('Decisions by code')
-    .description('ShouldRateLimit answers per second (gRPC and HTTP): OK, OVER_LIMIT, and the errors that leave the decision to Envoy (INVALID_ARGUMENT, UNAVAILABLE, INTERNAL).')
+    .description(
+      'ShouldRateLimit answers per second (gRPC and HTTP): OK, OVER_LIMIT, and the errors that leave the decision to Envoy (INVALID_ARGUMENT, UNAVAILABLE, INTERNAL).',
+    )
     .datasource(DATASOURCE)
     .gridPos(size())
     .unit('reqps')
@@ -47,19 +49,29 @@ function requestLatency() {
     .gridPos(size())
     .unit('s')
     .min(0)
-    .withTarget(query(`histogram_quantile(0.99, sum by (le, transport) (rate(sluice_request_duration_seconds_bucket{${JOB}}[$__rate_interval])))`, '{{transport}}'));
+    .withTarget(
+      query(`histogram_quantile(0.99, sum by (le, transport) (rate(sluice_request_duration_seconds_bucket{${JOB}}[$__rate_interval])))`, '{{transport}}'),
+    );
 }
 
 function topOverLimit() {
   return new bargauge.PanelBuilder()
     .title('Top over-limit rules')
-    .description('Hits over the limit in the time range, per rule (upstream labels: domain, key1, key2: the first two descriptor entries as key_value; a detailed_metric or value_to_metric entry carries the whole request value).')
+    .description(
+      'Hits over the limit in the time range, per rule (upstream labels: domain, key1, key2: the first two descriptor entries as key_value; a detailed_metric or value_to_metric entry carries the whole request value).',
+    )
     .datasource(DATASOURCE)
     .gridPos(size())
     .unit('short')
     .displayMode(common.BarGaugeDisplayMode.Gradient)
     .reduceOptions(new common.ReduceDataOptionsBuilder().calcs(['lastNotNull']).values(false))
-    .withTarget(query(`topk(10, sum by (domain, key1, key2) (increase(ratelimit_service_rate_limit_over_limit{${JOB}}[$__range])))`, '{{domain}}.{{key1}} {{key2}}', true));
+    .withTarget(
+      query(
+        `topk(10, sum by (domain, key1, key2) (increase(ratelimit_service_rate_limit_over_limit{${JOB}}[$__range])))`,
+        '{{domain}}.{{key1}} {{key2}}',
+        true,
+      ),
+    );
 }
 
 function overLimitShare() {
@@ -87,7 +99,9 @@ function storeLatency() {
     .gridPos(size())
     .unit('s')
     .min(0)
-    .withTarget(query(`histogram_quantile(0.99, sum by (le, operation) (rate(sluice_store_duration_seconds_bucket{${JOB}}[$__rate_interval])))`, 'p99 {{operation}}'))
+    .withTarget(
+      query(`histogram_quantile(0.99, sum by (le, operation) (rate(sluice_store_duration_seconds_bucket{${JOB}}[$__rate_interval])))`, 'p99 {{operation}}'),
+    )
     .withTarget(query(`sum by (kind) (rate(sluice_store_failures_total{${JOB}}[$__rate_interval]))`, 'failed: {{kind}}').refId('B'))
     .overrideByQuery('B', [
       { id: 'unit', value: 'reqps' },
@@ -98,7 +112,9 @@ function storeLatency() {
 function degraded() {
   return new timeseries.PanelBuilder()
     .title('Degraded answers')
-    .description('Decisions made without Redis, by fallback policy; 0 while Redis is healthy. Over-limit cache hits are exact denials answered without a Redis call.')
+    .description(
+      'Decisions made without Redis, by fallback policy; 0 while Redis is healthy. Over-limit cache hits are exact denials answered without a Redis call.',
+    )
     .datasource(DATASOURCE)
     .gridPos(size())
     .unit('reqps')
@@ -114,7 +130,12 @@ function breaker() {
     .description('Per replica: closed (Redis decides), recovering (a background write-back or probe), open (the fallback decides).')
     .datasource(DATASOURCE)
     .gridPos(size(24, 6))
-    .mappings([{ type: dashboard.MappingType.ValueToText, options: { '0': state('closed', 'green', 0), '1': state('recovering', 'yellow', 1), '2': state('open', 'red', 2) } }])
+    .mappings([
+      {
+        type: dashboard.MappingType.ValueToText,
+        options: { '0': state('closed', 'green', 0), '1': state('recovering', 'yellow', 1), '2': state('open', 'red', 2) },
+      },
+    ])
     .withTarget(query(`max by (instance) (sluice_breaker_state{${JOB}})`, '{{instance}}'));
 }
 
@@ -144,7 +165,9 @@ function configAge() {
 function unknownDomains() {
   return new bargauge.PanelBuilder()
     .title('Unknown domains')
-    .description('Descriptors of calls for a domain no config defines, answered OK with no limit: usually a typo in Envoy’s rate limit domain (warn lines with "event":"unknown_domain"). Past 100 domains a replica counts the rest under _other_.')
+    .description(
+      'Descriptors of calls for a domain no config defines, answered OK with no limit: usually a typo in Envoy’s rate limit domain (warn lines with "event":"unknown_domain"). Past 100 domains a replica counts the rest under _other_.',
+    )
     .datasource(DATASOURCE)
     .gridPos(size(24, 6))
     .unit('short')

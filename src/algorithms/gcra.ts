@@ -1,13 +1,4 @@
-import {
-  type AlgorithmImpl,
-  EPSILON,
-  type LimitSpec,
-  type State,
-  ttlWithin,
-  type View,
-  type Verdict,
-  wholeRequests,
-} from './types';
+import { type AlgorithmImpl, EPSILON, type LimitSpec, type State, ttlWithin, type View, type Verdict, wholeRequests } from './types';
 
 // Generic Cell Rate Algorithm. Emission interval T = period / limit; tolerance τ = burst × T, so up
 // to `burst` requests may arrive at once and the sustained rate is limit per period. A request of

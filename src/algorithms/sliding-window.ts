@@ -1,14 +1,4 @@
-import {
-  type AlgorithmImpl,
-  EPSILON,
-  type LimitSpec,
-  type State,
-  ttlWithin,
-  type View,
-  type Verdict,
-  wholeRequests,
-  windowStart,
-} from './types';
+import { type AlgorithmImpl, EPSILON, type LimitSpec, type State, ttlWithin, type View, type Verdict, wholeRequests, windowStart } from './types';
 
 // Two-window weighted counter (Cloudflare's): estimate = previous × (share of the current window
 // still to run) + current. O(1) memory, no 2× burst at window edges.

@@ -1,13 +1,4 @@
-import {
-  type AlgorithmImpl,
-  EPSILON,
-  type LimitSpec,
-  type State,
-  ttlWithin,
-  type View,
-  type Verdict,
-  wholeRequests,
-} from './types';
+import { type AlgorithmImpl, EPSILON, type LimitSpec, type State, ttlWithin, type View, type Verdict, wholeRequests } from './types';
 
 // Capacity `burst`, refilled continuously at limit/period; a request is allowed when the bucket
 // holds at least its hits. Refill is computed lazily from the elapsed time (clamped at zero, so a

@@ -14,8 +14,7 @@ function collect(node: DescriptorNode, out: RateLimitRule[]): void {
 function extensions(rule: RateLimitRule): string {
   const defaultPeriod = UNIT_SECONDS[rule.unit] * 1000;
   const hasBurst = rule.algorithm === 'token_bucket' || rule.algorithm === 'gcra';
-  const isDefault =
-    rule.algorithm === 'fixed_window' && rule.periodMs === defaultPeriod && rule.burst === rule.requestsPerUnit;
+  const isDefault = rule.algorithm === 'fixed_window' && rule.periodMs === defaultPeriod && rule.burst === rule.requestsPerUnit;
   if (rule.unlimited || isDefault) return '';
   const burst = hasBurst ? ` burst=${rule.burst}` : '';
   return `, algorithm=${rule.algorithm} period=${rule.periodMs / 1000}s${burst}`;
@@ -35,11 +34,7 @@ export function rulesInOrder(config: CompiledConfig): RateLimitRule[] {
   for (const root of config.domains.values()) {
     const rules: RateLimitRule[] = [];
     collect(root, rules);
-    rules.sort(
-      (a, b) =>
-        (fileIndex.get(a.source.file) ?? 0) - (fileIndex.get(b.source.file) ?? 0) ||
-        (a.source.line ?? 0) - (b.source.line ?? 0),
-    );
+    rules.sort((a, b) => (fileIndex.get(a.source.file) ?? 0) - (fileIndex.get(b.source.file) ?? 0) || (a.source.line ?? 0) - (b.source.line ?? 0));
     out.push(...rules);
   }
   return out;
@@ -59,7 +54,9 @@ export function windowNotes(config: CompiledConfig): string[] {
     if (rule.unlimited || rule.periodMs === UNIT_SECONDS[rule.unit] * 1000) continue;
     const where = rule.source.line === undefined ? rule.source.file : `${rule.source.file}:${rule.source.line}`;
     const told = `${rule.requestsPerUnit} per ${rule.unit.toUpperCase()}`;
-    notes.push(`${where}: note: '${rule.fullKey}' has a ${formatDuration(rule.periodMs)} window, which Envoy's current_limit cannot express: Envoy is told ${told}`);
+    notes.push(
+      `${where}: note: '${rule.fullKey}' has a ${formatDuration(rule.periodMs)} window, which Envoy's current_limit cannot express: Envoy is told ${told}`,
+    );
   }
   return notes;
 }

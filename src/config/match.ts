@@ -114,7 +114,12 @@ export function match(config: CompiledConfig, domain: string, descriptor: Descri
   const rule = node.rule;
   if (rule === undefined) return undefined;
   const statParts = rule.detailedMetric ? detailedParts(domain, entries, patterns) : flagged ? metricParts : undefined;
-  const matched: MatchedLimit = { rule, statKey: statParts === undefined ? rule.fullKey : statParts.join('.'), counterEntries: counterEntries(entries, patterns), fromOverride: false };
+  const matched: MatchedLimit = {
+    rule,
+    statKey: statParts === undefined ? rule.fullKey : statParts.join('.'),
+    counterEntries: counterEntries(entries, patterns),
+    fromOverride: false,
+  };
   if (statParts !== undefined) matched.statParts = statParts;
   return matched;
 }

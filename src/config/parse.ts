@@ -67,12 +67,29 @@ export interface ParseResult {
 
 const ROOT_KEYS = new Set(['domain', 'descriptors']);
 const DESCRIPTOR_KEYS = new Set([
-  'key', 'value', 'rate_limit', 'descriptors', 'shadow_mode', 'quota_mode', 'detailed_metric',
-  'value_to_metric', 'share_threshold', 'metadata',
+  'key',
+  'value',
+  'rate_limit',
+  'descriptors',
+  'shadow_mode',
+  'quota_mode',
+  'detailed_metric',
+  'value_to_metric',
+  'share_threshold',
+  'metadata',
 ]);
 const RATE_LIMIT_KEYS = new Set([
-  'unit', 'requests_per_unit', 'unlimited', 'name', 'replaces', 'algorithm', 'burst', 'unit_multiplier', 'window',
-  'ip_prefix', 'lease',
+  'unit',
+  'requests_per_unit',
+  'unlimited',
+  'name',
+  'replaces',
+  'algorithm',
+  'burst',
+  'unit_multiplier',
+  'window',
+  'ip_prefix',
+  'lease',
 ]);
 const IP_PREFIX_KEYS = new Set(['v4', 'v6']);
 const LEASE_KEYS = new Set(['size']);
@@ -83,7 +100,6 @@ const KEY_HOMES: [Set<string>, string][] = [
   [DESCRIPTOR_KEYS, 'in a descriptor'],
   [RATE_LIMIT_KEYS, 'inside rate_limit'],
 ];
-
 
 type Fields = Map<string, { node: unknown; line?: number }>;
 

@@ -4,7 +4,6 @@ import { counterKey, hasUpstreamKey, type KeyOptions, upstreamKey } from '../key
 import { type Code, type LimitMode, MAX_UINT32, type RateLimitRequest } from '../model';
 import type { Decision, DecideOptions, LimitCheck, Store } from '../store/store';
 
-
 export interface LimiterSettings {
   keys: KeyOptions;
   countDeniedHits: boolean;
@@ -139,13 +138,7 @@ export async function decideRequest(
   return { overall, results, degraded: decision.degraded, plan };
 }
 
-function resultFor(
-  m: MatchedLimit | undefined,
-  check: LimitCheck | undefined,
-  decision: Decision,
-  index: number | undefined,
-  hits: number,
-): DescriptorResult {
+function resultFor(m: MatchedLimit | undefined, check: LimitCheck | undefined, decision: Decision, index: number | undefined, hits: number): DescriptorResult {
   if (m === undefined) return { kind: 'no_limit', code: 'OK', hits, remaining: 0, wouldDeny: false, consumed: false, usedBefore: 0 };
   if (check === undefined || index === undefined) {
     return { kind: 'unlimited', code: 'OK', rule: m.rule, matched: m, hits, remaining: MAX_UINT32, wouldDeny: false, consumed: false, usedBefore: 0 };

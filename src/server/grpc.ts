@@ -1,9 +1,5 @@
 import * as grpc from '@grpc/grpc-js';
-import {
-  type HealthCheckRequest,
-  HealthCheckResponse_ServingStatus as PbServing,
-  HealthService,
-} from '../gen/grpc/health/v1/health';
+import { type HealthCheckRequest, HealthCheckResponse_ServingStatus as PbServing, HealthService } from '../gen/grpc/health/v1/health';
 import { RateLimitServiceService, RateLimitResponse_Code } from '../gen/envoy/service/ratelimit/v3/rls';
 import type { Logger } from '../logger';
 import { InvalidRequestError } from '../errors';
@@ -163,7 +159,11 @@ export function drainGrpc(server: grpc.Server | undefined, timeoutMs: number, lo
   if (server === undefined) return Promise.resolve();
   closeGrpcFront(server);
   const active = ACTIVE.get(server) ?? { calls: 0 };
-  return drainCalls({ inFlight: () => active.calls, tryShutdown: (done) => server.tryShutdown(done), forceShutdown: () => server.forceShutdown() }, timeoutMs, logger);
+  return drainCalls(
+    { inFlight: () => active.calls, tryShutdown: (done) => server.tryShutdown(done), forceShutdown: () => server.forceShutdown() },
+    timeoutMs,
+    logger,
+  );
 }
 
 // What a graceful stop needs of a gRPC server, whichever implements it.
@@ -200,8 +200,6 @@ export function bindGrpc(server: grpc.Server, host: string, port: number, creden
   const tls = credentialsTls(credentials);
   if (tls !== undefined && tls.clientSan !== '') return listenGrpcCheckingSan(server, host, port, tls);
   return new Promise((resolve, reject) => {
-    server.bindAsync(`${host}:${port}`, credentials, (err, bound) =>
-      err ? reject(err) : resolve(bound),
-    );
+    server.bindAsync(`${host}:${port}`, credentials, (err, bound) => (err ? reject(err) : resolve(bound)));
   });
 }

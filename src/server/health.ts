@@ -123,7 +123,8 @@ export class HealthState extends EventEmitter {
 // Why answers are degraded, in sluice's words: what the store stages report, with the Redis
 // client's own error texts (logged in full as store_failure events) turned into what happened.
 // ioredis' texts for "not connected"; a Redis error reply starts with its code (OOM, READONLY, ...).
-const CONNECTION = /Stream isn't writeable|enableOfflineQueue|Connection is closed|connection (lost|closed)|Socket closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN|max retries|MaxRetriesPerRequest|None of the pools|not connected|Failed to refresh slots cache|ClusterAllFailedError/i;
+const CONNECTION =
+  /Stream isn't writeable|enableOfflineQueue|Connection is closed|connection (lost|closed)|Socket closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN|max retries|MaxRetriesPerRequest|None of the pools|not connected|Failed to refresh slots cache|ClusterAllFailedError/i;
 
 function plainPart(part: string, storeNow?: string): string {
   const storeError = /^store error: (.*)$/s.exec(part);

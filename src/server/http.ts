@@ -211,13 +211,21 @@ export const ADMIN_ROUTES: Record<string, RouteSpec> = {
 };
 
 // `tls`: the listener serves HTTPS (its plaintext connections are for probes and scrapes only).
-async function route(routes: Record<string, RouteSpec>, req: http.IncomingMessage, res: http.ServerResponse, deps: HttpDeps, tls: { mtls: boolean } | undefined): Promise<void> {
+async function route(
+  routes: Record<string, RouteSpec>,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  deps: HttpDeps,
+  tls: { mtls: boolean } | undefined,
+): Promise<void> {
   const r = routes[(req.url ?? '/').split('?')[0]];
   if (r === undefined) return send(res, 404, 'not found\n');
   const method = req.method ?? 'GET';
   if (method !== r.method && !(r.method === 'GET' && method === 'HEAD')) return send(res, 405, `use ${r.method}\n`);
-  if (r.clientCert && tls !== undefined && !(req.socket as Partial<TLSSocket>).encrypted) return send(res, 403, 'HTTPS is required with GRPC_SERVER_USE_TLS (HTTP_PLAINTEXT=true allows plaintext)\n');
-  if (r.clientCert && tls?.mtls && !(req.socket as TLSSocket).authorized) return send(res, 403, 'a client certificate signed by GRPC_CLIENT_TLS_CACERT is required\n');
+  if (r.clientCert && tls !== undefined && !(req.socket as Partial<TLSSocket>).encrypted)
+    return send(res, 403, 'HTTPS is required with GRPC_SERVER_USE_TLS (HTTP_PLAINTEXT=true allows plaintext)\n');
+  if (r.clientCert && tls?.mtls && !(req.socket as TLSSocket).authorized)
+    return send(res, 403, 'a client certificate signed by GRPC_CLIENT_TLS_CACERT is required\n');
   await r.handle(req, res, deps);
 }
 

@@ -52,7 +52,13 @@ export function configBytes(paths: string[]): number {
     try {
       const stat = fs.statSync(p);
       if (stat.isFile()) total += stat.size;
-      else if (stat.isDirectory()) total += configBytes(fs.readdirSync(p).filter((f) => /\.ya?ml$/i.test(f)).map((f) => path.join(p, f)));
+      else if (stat.isDirectory())
+        total += configBytes(
+          fs
+            .readdirSync(p)
+            .filter((f) => /\.ya?ml$/i.test(f))
+            .map((f) => path.join(p, f)),
+        );
     } catch {
       // unreadable: the config loader says so
     }

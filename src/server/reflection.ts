@@ -4,11 +4,7 @@ import * as grpc from '@grpc/grpc-js';
 import { createFileRegistry, type DescEnum, type DescExtension, type DescMessage, fromBinary } from '@bufbuild/protobuf';
 import { BinaryReader, WireType } from '@bufbuild/protobuf/wire';
 import { FileDescriptorSetSchema } from '@bufbuild/protobuf/wkt';
-import {
-  type ServerReflectionRequest,
-  type ServerReflectionResponse,
-  ServerReflectionService as ReflectionV1,
-} from '../gen/grpc/reflection/v1/reflection';
+import { type ServerReflectionRequest, type ServerReflectionResponse, ServerReflectionService as ReflectionV1 } from '../gen/grpc/reflection/v1/reflection';
 import { ServerReflectionService as ReflectionV1Alpha } from '../gen/grpc/reflection/v1alpha/reflection';
 
 // Written by `npm run gen` (buf build) in the same step as src/gen, and copied next to the compiled
@@ -215,7 +211,10 @@ function serviceName(definition: grpc.ServiceDefinition): string {
 
 // grpc.reflection.v1 and v1alpha, listing the given services and themselves, as grpc-go does.
 // Throws when a listed service is missing from the descriptor set (run `npm run gen`).
-export function reflectionServices(served: grpc.ServiceDefinition[], descriptors = Descriptors.load()): [grpc.ServiceDefinition, grpc.UntypedServiceImplementation][] {
+export function reflectionServices(
+  served: grpc.ServiceDefinition[],
+  descriptors = Descriptors.load(),
+): [grpc.ServiceDefinition, grpc.UntypedServiceImplementation][] {
   const reflection = [ReflectionV1, ReflectionV1Alpha] as grpc.ServiceDefinition[];
   const services = [...served, ...reflection].map(serviceName).sort();
   const missing = services.filter((name) => !descriptors.has(name));

@@ -118,6 +118,9 @@ export function peerHasSan(socket: TLSSocket, san: string, logger?: Logger): boo
   const found = cert === undefined ? undefined : isIP(san) !== 0 ? cert.checkIP(san) : cert.checkHost(san, { subject: 'never', partialWildcards: false });
   if (found !== undefined) return true;
   const subject = cert?.subject.replace(/\n/g, ', ') ?? 'none';
-  logger?.warn({ event: 'client_san_refused', san, subject, remote: socket.remoteAddress }, `client certificate (${subject}) does not carry GRPC_CLIENT_TLS_SAN ${san}: connection closed`);
+  logger?.warn(
+    { event: 'client_san_refused', san, subject, remote: socket.remoteAddress },
+    `client certificate (${subject}) does not carry GRPC_CLIENT_TLS_SAN ${san}: connection closed`,
+  );
   return false;
 }

@@ -40,7 +40,8 @@ export function warmUpRequest(config: CompiledConfig | undefined): RateLimitRequ
     const [key, branch] = next;
     const byValue = branch.values.entries().next().value;
     if (byValue !== undefined) [entries[entries.length], node] = [{ key, value: byValue[0] }, byValue[1]];
-    else if (branch.wildcards.length > 0) [entries[entries.length], node] = [{ key, value: branch.wildcards[0].pattern.replaceAll('*', 'w') }, branch.wildcards[0].node];
+    else if (branch.wildcards.length > 0)
+      [entries[entries.length], node] = [{ key, value: branch.wildcards[0].pattern.replaceAll('*', 'w') }, branch.wildcards[0].node];
     else [entries[entries.length], node] = [{ key, value: 'warm-up' }, branch.defaultNode];
   }
   if (entries.length === 0) entries.push({ key: 'warm-up', value: 'warm-up' });
@@ -54,9 +55,18 @@ export function callBytes(request: RateLimitRequest, authority: string, grpcTime
   const body = Buffer.alloc(5 + message.length);
   body.writeUInt32BE(message.length, 1);
   body.set(message, 5);
-  const headers = { ':method': 'POST', ':scheme': 'http', ':path': SHOULD_RATE_LIMIT, ':authority': authority, 'content-type': 'application/grpc', te: 'trailers', 'grpc-timeout': grpcTimeout };
+  const headers = {
+    ':method': 'POST',
+    ':scheme': 'http',
+    ':path': SHOULD_RATE_LIMIT,
+    ':authority': authority,
+    'content-type': 'application/grpc',
+    te: 'trailers',
+    'grpc-timeout': grpcTimeout,
+  };
   const parts = [PREFACE, encodeFrame(SETTINGS, 0, 0)];
-  for (let i = 0; i < streams; i++) parts.push(encodeFrame(HEADERS, END_HEADERS, 2 * i + 1, encodeHeaders(headers)), encodeFrame(DATA, END_STREAM, 2 * i + 1, body));
+  for (let i = 0; i < streams; i++)
+    parts.push(encodeFrame(HEADERS, END_HEADERS, 2 * i + 1, encodeHeaders(headers)), encodeFrame(DATA, END_STREAM, 2 * i + 1, body));
   return Buffer.concat(parts);
 }
 
@@ -123,9 +133,18 @@ export async function warmUpGrpc(deps: WarmUpDeps): Promise<void> {
   const started = performance.now();
   const quiet = createLogger('silent');
   const metrics = new Metrics();
-  const service = new RateLimitService({ config: deps.config, store: new MemoryStore(), settings: deps.settings, sink: metricsDecisionSink(metrics, deps.settings.nearLimitRatio), logger: quiet });
+  const service = new RateLimitService({
+    config: deps.config,
+    store: new MemoryStore(),
+    settings: deps.settings,
+    sink: metricsDecisionSink(metrics, deps.settings.nearLimitRatio),
+    logger: quiet,
+  });
   const scratch = createGrpcListener(deps.settings.grpcServerImpl, { service, health: deps.health, metrics, logger: quiet, connection: deps.connection });
   const calls = await warmUp(scratch, warmUpRequest(deps.config.config), quiet);
   const ms = Math.round(performance.now() - started);
-  deps.logger.info({ event: 'warm_up', calls, connections: WARM_UP_CONNECTIONS, ms }, `gRPC path warmed up: ${calls} calls on ${WARM_UP_CONNECTIONS} loopback connections in ${ms} ms`);
+  deps.logger.info(
+    { event: 'warm_up', calls, connections: WARM_UP_CONNECTIONS, ms },
+    `gRPC path warmed up: ${calls} calls on ${WARM_UP_CONNECTIONS} loopback connections in ${ms} ms`,
+  );
 }

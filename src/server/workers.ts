@@ -43,7 +43,10 @@ export function cgroupCpuLimit(read: (file: string) => string = (f) => fs.readFi
   }
 }
 
-export function planWorkers(settings: Settings, probe = { cores: os.availableParallelism(), cpuLimit: cgroupCpuLimit(undefined, process.env.SLUICE_CGROUP_ROOT) }): WorkerPlan {
+export function planWorkers(
+  settings: Settings,
+  probe = { cores: os.availableParallelism(), cpuLimit: cgroupCpuLimit(undefined, process.env.SLUICE_CGROUP_ROOT) },
+): WorkerPlan {
   if (typeof settings.workers === 'number') return { count: settings.workers, why: `WORKERS=${settings.workers}` };
   // A second worker would keep a second set of counters (settings.ts refuses a number > 1).
   if (settings.store === 'memory') return { count: 1, why: 'WORKERS=auto with STORE=memory: one process holds the counters' };
@@ -114,7 +117,10 @@ export async function runPrimary(settings: Settings, plan: WorkerPlan, logger: L
       await set.stop(settings.shutdownDelayMs + settings.drainTimeoutMs + EXIT_GRACE_MS);
       logger.info({ event: 'stopped' }, 'sluice stopped');
     },
-    hup: () => (sources.xds === undefined ? config.reload('signal') : logger.info({ event: 'config_reload_skipped' }, 'config comes from xDS: nothing to reload (the control plane pushes changes)')),
+    hup: () =>
+      sources.xds === undefined
+        ? config.reload('signal')
+        : logger.info({ event: 'config_reload_skipped' }, 'config comes from xDS: nothing to reload (the control plane pushes changes)'),
   });
   let failed = false;
   set.onFatal = (message) => {
@@ -149,7 +155,12 @@ class WorkerSet {
     this.slots = Array.from({ length: count }, (_, i) => ({ id: i + 1, state: 'starting', reasons: [], startedAt: 0, quickExits: 0 }));
     const registers = [metrics.registry];
     this.restarts = new Counter({ name: 'sluice_worker_restarts_total', help: 'Workers that exited and were started again (WORKERS > 1)', registers });
-    this.perWorker = new Gauge({ name: 'sluice_worker_requests', help: 'ShouldRateLimit calls answered by each worker since it started (WORKERS > 1; their sum is sluice_requests_total)', labelNames: ['worker'], registers });
+    this.perWorker = new Gauge({
+      name: 'sluice_worker_requests',
+      help: 'ShouldRateLimit calls answered by each worker since it started (WORKERS > 1; their sum is sluice_requests_total)',
+      labelNames: ['worker'],
+      registers,
+    });
     const slots = this.slots;
     this.serving = new Gauge({
       name: 'sluice_workers',
@@ -216,7 +227,10 @@ class WorkerSet {
     slot.quickExits = quick ? slot.quickExits + 1 : 0;
     const delayMs = Math.min(RESTART_MAX_MS, RESTART_BASE_MS * 2 ** Math.max(0, slot.quickExits - 1));
     Object.assign(slot, { worker: undefined, state: 'exited', exit: how });
-    this.logger.warn({ event: 'worker_exit', worker: slot.id, pid: worker.process.pid, code, signal, restartInMs: delayMs }, `worker ${slot.id} exited (${how}); restarting in ${delayMs} ms`);
+    this.logger.warn(
+      { event: 'worker_exit', worker: slot.id, pid: worker.process.pid, code, signal, restartInMs: delayMs },
+      `worker ${slot.id} exited (${how}); restarting in ${delayMs} ms`,
+    );
     this.peersChanged();
     setTimeout(() => {
       if (this.stopping) return;
@@ -245,7 +259,11 @@ class WorkerSet {
     this.perWorker.reset();
     live.forEach((s, i) => {
       const requests = series[i]?.find((m) => m.name === 'sluice_requests_total');
-      if (requests !== undefined) this.perWorker.set({ worker: String(s.id) }, requests.values.reduce((sum, v) => sum + v.value, 0));
+      if (requests !== undefined)
+        this.perWorker.set(
+          { worker: String(s.id) },
+          requests.values.reduce((sum, v) => sum + v.value, 0),
+        );
     });
     const own = await this.metrics.registry.getMetricsAsJSON();
     const text = await AggregatorRegistry.aggregate([own, ...series.filter((c): c is MetricsJson => c !== undefined)]).metrics();

@@ -6,7 +6,12 @@ import type { Store } from '../store/store';
 // The explain endpoint: for each descriptor of a request, the rule that matches (or why none
 // does), the counter key it uses, the counter's current state and the decision that would be
 // made, without consuming anything.
-export async function explainRequest(config: CompiledConfig, request: RateLimitRequest, store: Store, settings: LimiterSettings): Promise<Record<string, unknown>> {
+export async function explainRequest(
+  config: CompiledConfig,
+  request: RateLimitRequest,
+  store: Store,
+  settings: LimiterSettings,
+): Promise<Record<string, unknown>> {
   const decision = await decideRequest(config, request, store, settings, { peek: true });
   const { plan } = decision;
   const descriptors = request.descriptors.map((d, i) => {

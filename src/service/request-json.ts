@@ -57,7 +57,12 @@ function unit(v: unknown, path: string): RateLimitUnit {
   const byName = typeof v === 'string' ? (RateLimitUnit as unknown as Record<string, number>)[v] : undefined;
   const n = typeof byName === 'number' ? byName : v;
   if (typeof n !== 'number' || RateLimitUnit[n] === undefined || n === RateLimitUnit.UNRECOGNIZED) {
-    throw bad(path, `expected one of ${Object.keys(RateLimitUnit).filter((k) => !/^-?\d+$/.test(k) && k !== 'UNRECOGNIZED').join(', ')}`);
+    throw bad(
+      path,
+      `expected one of ${Object.keys(RateLimitUnit)
+        .filter((k) => !/^-?\d+$/.test(k) && k !== 'UNRECOGNIZED')
+        .join(', ')}`,
+    );
   }
   return n;
 }

@@ -20,7 +20,8 @@ export function applyCompatMode(s: Settings, explicit: ReadonlySet<keyof Setting
     // Values first, so that a setting following another (STORE_DEADLINE as REDIS_TIMEOUT) reads
     // the one in force.
     for (const row of UPSTREAM) if ('value' in row.upstream) apply(row, (u) => (u as { value: unknown }).value);
-    for (const row of UPSTREAM) if (!('value' in row.upstream)) apply(row, (u) => ('same' in u ? values[u.same] : !(values[(u as { not: string }).not] as boolean)));
+    for (const row of UPSTREAM)
+      if (!('value' in row.upstream)) apply(row, (u) => ('same' in u ? values[u.same] : !(values[(u as { not: string }).not] as boolean)));
   }
   if (explicit.has('localCacheSizeBytes')) s.overLimitCacheSize = entriesForBytes(s.localCacheSizeBytes);
 }
@@ -31,7 +32,7 @@ export function compatModeLine(s: Settings): { fields: Record<string, unknown>; 
   for (const row of UPSTREAM) fields[row.key] = s[row.key];
   const message =
     s.compatMode === 'upstream'
-      ? "COMPAT_MODE=upstream: answering as envoyproxy/ratelimit does (settings given explicitly win)"
+      ? 'COMPAT_MODE=upstream: answering as envoyproxy/ratelimit does (settings given explicitly win)'
       : "COMPAT_MODE=native: sluice's own behaviour (COMPAT_MODE=upstream answers as envoyproxy/ratelimit)";
   return { fields, message };
 }

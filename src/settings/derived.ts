@@ -29,7 +29,9 @@ export function otlpHeaders(text: string): Record<string, string> {
     const key = entry.slice(0, Math.max(eq, 0)).trim();
     // The value is a secret (an authorization header): never part of a message.
     if (!/^[0-9A-Za-z_.-]+$/.test(key) || /-bin$/i.test(key)) {
-      throw new SettingsError(`OTEL_EXPORTER_OTLP_HEADERS: expected key=value with a key of letters, digits, '-', '_' or '.' (not ending in -bin), got '${key}'`);
+      throw new SettingsError(
+        `OTEL_EXPORTER_OTLP_HEADERS: expected key=value with a key of letters, digits, '-', '_' or '.' (not ending in -bin), got '${key}'`,
+      );
     }
     try {
       out[key] = decodeURIComponent(entry.slice(eq + 1).trim());

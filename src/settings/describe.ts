@@ -2,7 +2,15 @@ import { redactRedisUrl } from '../redact';
 import { SETTINGS, type Spec, specOf, type UpstreamDefault } from './table';
 import type { Settings } from './types';
 
-const SECRET: readonly (keyof Settings)[] = ['redisAuth', 'redisSentinelAuth', 'keyHashSecret', 'globalRedisAuth', 'otlpHeaders', 'redisPerSecondAuth', 'redisPerSecondSentinelAuth'];
+const SECRET: readonly (keyof Settings)[] = [
+  'redisAuth',
+  'redisSentinelAuth',
+  'keyHashSecret',
+  'globalRedisAuth',
+  'otlpHeaders',
+  'redisPerSecondAuth',
+  'redisPerSecondSentinelAuth',
+];
 // Other URLs that may carry a user and password.
 const URLS = ['otlpEndpoint', 'otlpTracesEndpoint', 'xdsServerUrl'] as const;
 // Lists of key:value whose values are secrets (an authorization header).
@@ -65,7 +73,7 @@ export function settingsReference(): string {
     `Every one of sluice's ${SETTINGS.length} settings. Each is an environment variable (where envoyproxy/ratelimit`,
     'has the setting, under its name too; the first name listed wins) or a flag, and a flag wins over the',
     'environment. Durations take a number of milliseconds or a duration such as `1m30s`; lists are',
-    'comma-separated. `COMPAT_MODE=upstream` gives the settings of its column envoyproxy/ratelimit\'s',
+    "comma-separated. `COMPAT_MODE=upstream` gives the settings of its column envoyproxy/ratelimit's",
     'defaults; a setting given explicitly keeps its value.',
     '',
     '| setting | kind | default | `COMPAT_MODE=upstream` | meaning |',

@@ -78,4 +78,3 @@ export function settingName(s: Settings, key: keyof Settings): string {
 export function defaultSettings(overrides: Partial<Settings> = {}): Settings {
   return { ...loadSettings([], {}), ...overrides };
 }
-

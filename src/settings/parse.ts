@@ -23,7 +23,10 @@ export function parseValue(spec: Spec, raw: string, origin: string): unknown {
     case 'string':
       return raw;
     case 'list':
-      return raw.split(',').map((s) => s.trim()).filter((s) => s !== '');
+      return raw
+        .split(',')
+        .map((s) => s.trim())
+        .filter((s) => s !== '');
     case 'bool': {
       const v = raw.toLowerCase();
       if (TRUE.has(v)) return true;
@@ -66,7 +69,6 @@ export function parseValue(spec: Spec, raw: string, origin: string): unknown {
   }
 }
 
-
 // The upstream runtime layout: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY (the
 // last defaults to "config"), used when no --config is given.
 export function runtimeConfigPath(env: NodeJS.ProcessEnv): string | undefined {
@@ -93,4 +95,3 @@ export function splitFlags(argv: readonly string[]): Map<string, string[]> {
   }
   return flags;
 }
-

@@ -88,7 +88,12 @@ export function createRedisStack(redis: RedisStore, events: StoreEvents, o: Redi
   return buildRedisStack(redis, events, o, onRedis).store;
 }
 
-export function buildRedisStack<B extends StackBase>(redisStore: RedisStore, events: StoreEvents, o: RedisStackOptions, base: (redis: RedisStore, ctx: StackContext) => B): { store: Store; base: B } {
+export function buildRedisStack<B extends StackBase>(
+  redisStore: RedisStore,
+  events: StoreEvents,
+  o: RedisStackOptions,
+  base: (redis: RedisStore, ctx: StackContext) => B,
+): { store: Store; base: B } {
   const { clock } = o;
   // The caller's time, read by everything below that waits for Redis.
   const budgetMs = callerBudget({ storeDeadlineMs: o.storeDeadlineMs, marginMs: o.deadlineMarginMs });
@@ -115,11 +120,33 @@ export function buildRedisStack<B extends StackBase>(redisStore: RedisStore, eve
   const journal = new Journal(redis, clock, events, undefined, (e, hits, ageMs) => own.add(e, hits, e.windowStartMs ?? storeClock.now() - ageMs));
   const lastKnown = new LastKnown();
   const late = new LateCalls();
-  const recovery = new Recovery({ redis, clock, stalledMs: o.stalledMs, replicaId: o.replicaId, replicaTtlMs: o.replicaTtlMs, epoch, storeClock, own, lastKnown, journal, local, late, replicas, events });
+  const recovery = new Recovery({
+    redis,
+    clock,
+    stalledMs: o.stalledMs,
+    replicaId: o.replicaId,
+    replicaTtlMs: o.replicaTtlMs,
+    epoch,
+    storeClock,
+    own,
+    lastKnown,
+    journal,
+    local,
+    late,
+    replicas,
+    events,
+  });
 
   // The deadline sits right on Redis: a late answer is the breaker's failure, and the fallback's.
   const deadline = new DeadlineStage(redis, { budgetMs, lag });
-  const breaker = new BreakerStage(deadline, { clock, breaker: o.breaker, stalledMs: o.stalledMs, recover: () => recovery.run(), connected: () => redis.connected(), events });
+  const breaker = new BreakerStage(deadline, {
+    clock,
+    breaker: o.breaker,
+    stalledMs: o.stalledMs,
+    recover: () => recovery.run(),
+    connected: () => redis.connected(),
+    events,
+  });
   recovery.reportTo(breaker.breaker);
   const closed = () => breaker.closedNow;
   // Above the breaker: whatever the breaker refuses or Redis fails, the fallback decides.
@@ -184,7 +211,13 @@ export function buildRedisStack<B extends StackBase>(redisStore: RedisStore, eve
 // REDIS_PERSECOND: one whole stack per Redis, and the split that sends each limit to its own
 // (store/persecond.ts). The per-second stack waits REDIS_PERSECOND_TIMEOUT (or REDIS_TIMEOUT)
 // before its breaker opens.
-export function createPerSecondSplit(o: { main: RedisStore; perSecond: RedisStore; events: StoreEvents; options: RedisStackOptions; perSecondStalledMs: number }): Store {
+export function createPerSecondSplit(o: {
+  main: RedisStore;
+  perSecond: RedisStore;
+  events: StoreEvents;
+  options: RedisStackOptions;
+  perSecondStalledMs: number;
+}): Store {
   const main = createRedisStack(o.main, o.events, o.options);
   // Both over-limit caches report their lookups: upstream's one local cache serves both Redis.
   const options = { ...o.options, stalledMs: o.perSecondStalledMs || o.options.stalledMs };

@@ -149,7 +149,10 @@ function merge(checks: readonly LimitCheck[], p: Parts, second: Decision, main: 
   const outcomes: LimitOutcome[] = new Array<LimitOutcome>(checks.length);
   p.perSecond.forEach((i, j) => (outcomes[i] = { ...second.outcomes[j] }));
   p.main.forEach((i, j) => (outcomes[i] = { ...main.outcomes[j] }));
-  const admitted = admits(checks.map((c) => c.mode), outcomes.map((o) => o.allowed));
+  const admitted = admits(
+    checks.map((c) => c.mode),
+    outcomes.map((o) => o.allowed),
+  );
   const reason = joinReasons(main.degraded?.reason, second.degraded?.reason);
   const policy = main.degraded?.policy ?? second.degraded?.policy;
   const merged: Decision = { admitted, outcomes, storeTimeMs: main.storeTimeMs ?? second.storeTimeMs };
@@ -170,7 +173,12 @@ function refunds(checks: readonly LimitCheck[], d: Decision): RefundEntry[] {
 // remaining as before (consuming took exactly the hits in whole requests). The reset before is
 // known only for fixed windows (their window end); for the others it is reported unknown.
 function givenBack(outcomes: LimitOutcome[], checks: readonly LimitCheck[], idx: number[], d: Decision): void {
-  const back = new Set(refunds(idx.map((i) => checks[i]), d).map((e) => e.key));
+  const back = new Set(
+    refunds(
+      idx.map((i) => checks[i]),
+      d,
+    ).map((e) => e.key),
+  );
   idx.forEach((i) => {
     const o = outcomes[i];
     if (!back.has(checks[i].key)) return;

@@ -161,11 +161,14 @@ export class RefundQueue {
     this.clearTimer();
     if (next === Infinity) return;
     this.timerAt = next;
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      this.timerAt = Infinity;
-      this.pump();
-    }, Math.max(0, next - performance.now()));
+    this.timer = setTimeout(
+      () => {
+        this.timer = undefined;
+        this.timerAt = Infinity;
+        this.pump();
+      },
+      Math.max(0, next - performance.now()),
+    );
     this.timer.unref();
   }
 

@@ -61,25 +61,112 @@ export class Metrics {
 
   constructor(options: { defaultMetrics?: boolean; extraTags?: readonly string[] } = {}) {
     const registers = [this.registry];
-    this.requests = new Counter({ name: 'sluice_requests_total', help: 'ShouldRateLimit calls by transport and result (OK, OVER_LIMIT, INVALID_ARGUMENT, UNAVAILABLE, INTERNAL)', labelNames: ['transport', 'code'], registers });
-    this.requestDuration = new Histogram({ name: 'sluice_request_duration_seconds', help: 'ShouldRateLimit latency', labelNames: ['transport'], buckets: [...REQUEST_DURATION_BUCKETS], registers });
-    this.abusiveConnections = new Counter({ name: 'sluice_grpc_connections_closed_total', help: "gRPC connections closed with GOAWAY ENHANCE_YOUR_CALM, by what the peer sent too much of (GRPC_SERVER_IMPL=sluice)", labelNames: ['reason'], registers });
+    this.requests = new Counter({
+      name: 'sluice_requests_total',
+      help: 'ShouldRateLimit calls by transport and result (OK, OVER_LIMIT, INVALID_ARGUMENT, UNAVAILABLE, INTERNAL)',
+      labelNames: ['transport', 'code'],
+      registers,
+    });
+    this.requestDuration = new Histogram({
+      name: 'sluice_request_duration_seconds',
+      help: 'ShouldRateLimit latency',
+      labelNames: ['transport'],
+      buckets: [...REQUEST_DURATION_BUCKETS],
+      registers,
+    });
+    this.abusiveConnections = new Counter({
+      name: 'sluice_grpc_connections_closed_total',
+      help: 'gRPC connections closed with GOAWAY ENHANCE_YOUR_CALM, by what the peer sent too much of (GRPC_SERVER_IMPL=sluice)',
+      labelNames: ['reason'],
+      registers,
+    });
     this.configLoads = new Counter({ name: 'sluice_config_loads_total', help: 'Config loads by result (success, error)', labelNames: ['result'], registers });
-    this.configLoadTimestamp = new Gauge({ name: 'sluice_config_last_load_success_timestamp_seconds', help: 'When the running config was loaded', registers, aggregator: 'max' });
-    this.memoryEvictions = new Counter({ name: 'sluice_memory_store_evictions_total', help: 'Live counters evicted from the memory store to make room (none since keys beyond the cap go to the approximate tier; kept for dashboards)', registers });
-    this.memoryOverflow = new Counter({ name: 'sluice_memory_store_overflow_decisions_total', help: 'Limits decided by the memory store approximate tier (key cap reached with every counter live; it can only over-count)', registers });
-    this.degraded = new Counter({ name: 'sluice_degraded_decisions_total', help: 'Decisions made without Redis, by fallback policy (local, allow, deny)', labelNames: ['policy'], registers });
-    this.breakerState = new Gauge({ name: 'sluice_breaker_state', help: 'Circuit breaker in front of Redis: 0 closed, 1 half-open (recovering: a background write-back/probe, not a request), 2 open (WORKERS > 1: the worst worker)', registers, aggregator: 'max' });
-    this.breakerTransitions = new Counter({ name: 'sluice_breaker_transitions_total', help: 'Circuit breaker state changes, by new state', labelNames: ['to'], registers });
-    this.storeFailures = new Counter({ name: 'sluice_store_failures_total', help: "Redis calls that failed (error), got no answer within the caller's budget while this process was responsive (timeout), or stayed unanswered past REDIS_TIMEOUT (stalled)", labelNames: ['kind'], registers });
-    this.ownOverload = new Counter({ name: 'sluice_store_own_overload_total', help: 'Store deadlines missed because this process was busy (event-loop lag), not counted against Redis', registers });
-    this.refundEntries = new Counter({ name: 'sluice_refund_entries_total', help: 'Counter entries given back to Redis for requests denied after Redis consumed their hits (result: ok, error)', labelNames: ['result'], registers });
-    this.fleetReplicas = new Gauge({ name: 'sluice_fleet_replicas', help: 'Live replicas registered in Redis (sharing the budget), as last counted', registers, aggregator: 'max' });
-    this.overLimitCacheHits = new Counter({ name: 'sluice_over_limit_cache_hits_total', help: 'Requests answered OVER_LIMIT from the over-limit cache, without Redis', registers });
-    this.writeBackHits = new Counter({ name: 'sluice_fallback_write_back_hits_total', help: 'Hits admitted by the local fallback and written back to Redis (result: ok, error)', labelNames: ['result'], registers });
-    this.storeDuration = new Histogram({ name: 'sluice_store_duration_seconds', help: 'Redis script calls by operation (decide, peek, refund, absorb, lease, heartbeat) and result (ok, error)', labelNames: ['operation', 'result'], buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1], registers });
-    this.leaseUnits = new Counter({ name: 'sluice_lease_units_total', help: 'Units of hot-key leases taken from and returned to Redis', labelNames: ['event'], registers });
-    this.leaseServed = new Counter({ name: 'sluice_lease_hits_served_locally_total', help: 'Hits served from leases without a Redis call (released reservations not counted)', registers });
+    this.configLoadTimestamp = new Gauge({
+      name: 'sluice_config_last_load_success_timestamp_seconds',
+      help: 'When the running config was loaded',
+      registers,
+      aggregator: 'max',
+    });
+    this.memoryEvictions = new Counter({
+      name: 'sluice_memory_store_evictions_total',
+      help: 'Live counters evicted from the memory store to make room (none since keys beyond the cap go to the approximate tier; kept for dashboards)',
+      registers,
+    });
+    this.memoryOverflow = new Counter({
+      name: 'sluice_memory_store_overflow_decisions_total',
+      help: 'Limits decided by the memory store approximate tier (key cap reached with every counter live; it can only over-count)',
+      registers,
+    });
+    this.degraded = new Counter({
+      name: 'sluice_degraded_decisions_total',
+      help: 'Decisions made without Redis, by fallback policy (local, allow, deny)',
+      labelNames: ['policy'],
+      registers,
+    });
+    this.breakerState = new Gauge({
+      name: 'sluice_breaker_state',
+      help: 'Circuit breaker in front of Redis: 0 closed, 1 half-open (recovering: a background write-back/probe, not a request), 2 open (WORKERS > 1: the worst worker)',
+      registers,
+      aggregator: 'max',
+    });
+    this.breakerTransitions = new Counter({
+      name: 'sluice_breaker_transitions_total',
+      help: 'Circuit breaker state changes, by new state',
+      labelNames: ['to'],
+      registers,
+    });
+    this.storeFailures = new Counter({
+      name: 'sluice_store_failures_total',
+      help: "Redis calls that failed (error), got no answer within the caller's budget while this process was responsive (timeout), or stayed unanswered past REDIS_TIMEOUT (stalled)",
+      labelNames: ['kind'],
+      registers,
+    });
+    this.ownOverload = new Counter({
+      name: 'sluice_store_own_overload_total',
+      help: 'Store deadlines missed because this process was busy (event-loop lag), not counted against Redis',
+      registers,
+    });
+    this.refundEntries = new Counter({
+      name: 'sluice_refund_entries_total',
+      help: 'Counter entries given back to Redis for requests denied after Redis consumed their hits (result: ok, error)',
+      labelNames: ['result'],
+      registers,
+    });
+    this.fleetReplicas = new Gauge({
+      name: 'sluice_fleet_replicas',
+      help: 'Live replicas registered in Redis (sharing the budget), as last counted',
+      registers,
+      aggregator: 'max',
+    });
+    this.overLimitCacheHits = new Counter({
+      name: 'sluice_over_limit_cache_hits_total',
+      help: 'Requests answered OVER_LIMIT from the over-limit cache, without Redis',
+      registers,
+    });
+    this.writeBackHits = new Counter({
+      name: 'sluice_fallback_write_back_hits_total',
+      help: 'Hits admitted by the local fallback and written back to Redis (result: ok, error)',
+      labelNames: ['result'],
+      registers,
+    });
+    this.storeDuration = new Histogram({
+      name: 'sluice_store_duration_seconds',
+      help: 'Redis script calls by operation (decide, peek, refund, absorb, lease, heartbeat) and result (ok, error)',
+      labelNames: ['operation', 'result'],
+      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1],
+      registers,
+    });
+    this.leaseUnits = new Counter({
+      name: 'sluice_lease_units_total',
+      help: 'Units of hot-key leases taken from and returned to Redis',
+      labelNames: ['event'],
+      registers,
+    });
+    this.leaseServed = new Counter({
+      name: 'sluice_lease_hits_served_locally_total',
+      help: 'Hits served from leases without a Redis call (released reservations not counted)',
+      registers,
+    });
     const keys = this;
     this.memoryKeys = new Gauge({
       name: 'sluice_memory_store_keys',
@@ -129,7 +216,13 @@ export class Metrics {
     registerLocalCacheGauges(registers, () => keys.localCacheTotals());
     registerOverLimitCacheSeries(registers, () => keys.localCacheTotals());
     this.domainNotFound = new DomainNotFound(registers);
-    this.ruleStats = { total_hits: rule('total_hits'), over_limit: rule('over_limit'), near_limit: rule('near_limit'), within_limit: rule('within_limit'), shadow_mode: rule('shadow_mode') };
+    this.ruleStats = {
+      total_hits: rule('total_hits'),
+      over_limit: rule('over_limit'),
+      near_limit: rule('near_limit'),
+      within_limit: rule('within_limit'),
+      shadow_mode: rule('shadow_mode'),
+    };
     registerUpstreamSeries(this.registry, this);
     registerBuildInfo(registers);
     // EXTRA_TAGS: constant labels on every series, as upstream puts them on every stat.
@@ -287,6 +380,12 @@ export function tagPairs(extraTags: readonly string[]): [string, string][] {
 // sluice_build_info{version,node} 1: which build answers, for dashboards and alerts on mixed
 // versions. Every worker reports the same, so the set's scrape keeps one (max), not their sum.
 function registerBuildInfo(registers: Registry[]): void {
-  const gauge = new Gauge({ name: 'sluice_build_info', help: 'Always 1; labels: the sluice version and the Node.js version running it', labelNames: ['version', 'node'], registers, aggregator: 'max' });
+  const gauge = new Gauge({
+    name: 'sluice_build_info',
+    help: 'Always 1; labels: the sluice version and the Node.js version running it',
+    labelNames: ['version', 'node'],
+    registers,
+    aggregator: 'max',
+  });
   gauge.set(buildInfo(), 1);
 }

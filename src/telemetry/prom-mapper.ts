@@ -84,7 +84,13 @@ export class PromMapper {
     if (name === '') return undefined;
     const labels: Record<string, string> = {};
     for (const [key, template] of Object.entries(spec.labels ?? {})) labels[key] = fill(template);
-    return { name: escapeMetricName(name), labels, observerType: spec.observerType ?? this.observerType, help: spec.help ?? DEFAULT_HELP, scale: spec.scale ?? 1 };
+    return {
+      name: escapeMetricName(name),
+      labels,
+      observerType: spec.observerType ?? this.observerType,
+      help: spec.help ?? DEFAULT_HELP,
+      scale: spec.scale ?? 1,
+    };
   }
 
   private findGlob(statsdName: string, type: StatsdType): { spec: MappingSpec; fill: (t: string) => string } | undefined {
@@ -169,8 +175,35 @@ export function escapeMetricName(name: string): string {
 
 type Raw = Record<string, unknown>;
 
-const MAPPING_KEYS = new Set(['match', 'name', 'labels', 'honor_labels', 'observer_type', 'timer_type', 'match_type', 'help', 'action', 'match_metric_type', 'scale', 'ttl', 'buckets', 'quantiles', 'summary_options', 'histogram_options']);
-const DEFAULTS_KEYS = new Set(['observer_type', 'timer_type', 'match_type', 'glob_disable_ordering', 'ttl', 'buckets', 'quantiles', 'summary_options', 'histogram_options']);
+const MAPPING_KEYS = new Set([
+  'match',
+  'name',
+  'labels',
+  'honor_labels',
+  'observer_type',
+  'timer_type',
+  'match_type',
+  'help',
+  'action',
+  'match_metric_type',
+  'scale',
+  'ttl',
+  'buckets',
+  'quantiles',
+  'summary_options',
+  'histogram_options',
+]);
+const DEFAULTS_KEYS = new Set([
+  'observer_type',
+  'timer_type',
+  'match_type',
+  'glob_disable_ordering',
+  'ttl',
+  'buckets',
+  'quantiles',
+  'summary_options',
+  'histogram_options',
+]);
 // Keys statsd_exporter reads that sluice cannot honour, and why.
 const CANNOT: Record<string, string> = {
   ttl: "sluice's series are totals since start and never expire",

@@ -39,14 +39,23 @@ export interface PrometheusListener {
   stop(): Promise<void>;
 }
 
-export function createPrometheusListener(o: { settings: Settings; metrics: Metrics; deps: HttpDeps; http: HttpServerOptions; logger: Logger }): PrometheusListener | undefined {
+export function createPrometheusListener(o: {
+  settings: Settings;
+  metrics: Metrics;
+  deps: HttpDeps;
+  http: HttpServerOptions;
+  logger: Logger;
+}): PrometheusListener | undefined {
   const { settings, metrics, logger } = o;
   if (!settings.prometheusEnabled) {
-    if (settings.prometheusMapperYaml !== '') logger.warn({ event: 'prometheus_mapper_unused' }, 'PROMETHEUS_MAPPER_YAML is set but USE_PROMETHEUS is not: no metrics listener, the file is not read');
+    if (settings.prometheusMapperYaml !== '')
+      logger.warn({ event: 'prometheus_mapper_unused' }, 'PROMETHEUS_MAPPER_YAML is set but USE_PROMETHEUS is not: no metrics listener, the file is not read');
     return undefined;
   }
   // Read now, so that a file sluice cannot apply stops the start (a SettingsError naming it).
-  const mapper = new PromMapper(settings.prometheusMapperYaml === '' ? defaultMapping(settings.prometheusResponseTimeAsMs) : loadMapperFile(settings.prometheusMapperYaml));
+  const mapper = new PromMapper(
+    settings.prometheusMapperYaml === '' ? defaultMapping(settings.prometheusResponseTimeAsMs) : loadMapperFile(settings.prometheusMapperYaml),
+  );
   const extra = constantLabels(settings.extraTags);
   const handle = async (_req: http.IncomingMessage, res: http.ServerResponse) => {
     send(res, 200, await exposition(metrics, mapper, extra), metrics.registry.contentType);
@@ -57,7 +66,16 @@ export function createPrometheusListener(o: { settings: Settings; metrics: Metri
     async start() {
       const addr = `${settingName(settings, 'prometheusAddr')}=${settings.prometheusAddr}`;
       const bound = await listenAs({ portSetting: addr, hostSetting: addr, host, port }, listenHttp(server, host, port));
-      logger.info({ event: 'prometheus_listening', addr: settings.prometheusAddr, port: bound, path: settings.prometheusPath, mapping: settings.prometheusMapperYaml || 'default' }, `metrics listener on ${host || '*'}:${bound}${settings.prometheusPath}`);
+      logger.info(
+        {
+          event: 'prometheus_listening',
+          addr: settings.prometheusAddr,
+          port: bound,
+          path: settings.prometheusPath,
+          mapping: settings.prometheusMapperYaml || 'default',
+        },
+        `metrics listener on ${host || '*'}:${bound}${settings.prometheusPath}`,
+      );
       return bound;
     },
     stop: () => new Promise<void>((resolve) => (server.close(() => resolve()), server.closeIdleConnections())),

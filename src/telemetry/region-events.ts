@@ -32,7 +32,7 @@ export function regionEvents(metrics: Metrics, logger: Logger, region: string): 
   });
   const waits = new Counter({
     name: 'sluice_region_request_waits_total',
-    help: "Requests that waited for units from the global Redis: their key had no allowance in this region yet (a new key; a fixed window whose next window was not leased ahead), or a spent one with units on their way",
+    help: 'Requests that waited for units from the global Redis: their key had no allowance in this region yet (a new key; a fixed window whose next window was not leased ahead), or a spent one with units on their way',
     labelNames: ['region'],
     registers,
   });
@@ -68,8 +68,13 @@ export function regionEvents(metrics: Metrics, logger: Logger, region: string): 
       calls.observe({ region, operation, result }, seconds);
     },
     globalReachable(reachable, reason) {
-      if (reachable) logger.info({ event: 'global_reachable', region, reason }, `region ${region}: global Redis reachable again, partition admissions reconciled`);
-      else logger.warn({ event: 'global_unreachable', region, reason }, `region ${region}: global Redis unreachable (${reason}); answering from allowances, then by the partition policy`);
+      if (reachable)
+        logger.info({ event: 'global_reachable', region, reason }, `region ${region}: global Redis reachable again, partition admissions reconciled`);
+      else
+        logger.warn(
+          { event: 'global_unreachable', region, reason },
+          `region ${region}: global Redis unreachable (${reason}); answering from allowances, then by the partition policy`,
+        );
     },
     leased(n) {
       units.inc({ region, event: 'leased' }, n);

@@ -87,7 +87,10 @@ export class StatsdSink {
     if (now - this.lastErrorLog < ERROR_LOG_EVERY_MS) return;
     this.lastErrorLog = now;
     const { host, port, protocol } = this.options;
-    this.options.logger.warn({ event: 'statsd_error', host, port, protocol, error: err.message }, `statsd: could not send to ${protocol}://${host}:${port}: ${err.message}`);
+    this.options.logger.warn(
+      { event: 'statsd_error', host, port, protocol, error: err.message },
+      `statsd: could not send to ${protocol}://${host}:${port}: ${err.message}`,
+    );
   }
 }
 

@@ -47,7 +47,8 @@ export function storeEvents(metrics: Metrics, logger: Logger): StoreEvents {
     },
     refund(entries, error) {
       metrics.refundEntries.inc({ result: error === undefined ? 'ok' : 'error' }, entries);
-      if (error !== undefined && refundLog() !== undefined) logger.warn({ event: 'refund_failed', entries, error }, 'could not give consumed hits back to Redis (will retry)');
+      if (error !== undefined && refundLog() !== undefined)
+        logger.warn({ event: 'refund_failed', entries, error }, 'could not give consumed hits back to Redis (will retry)');
     },
     leaseTaken(units) {
       metrics.leaseUnits.inc({ event: 'taken' }, units);

@@ -111,7 +111,15 @@ function otelTracer(s: Settings, logger: Logger): Tracer {
   const storeKind = s.store === 'redis' ? api.SpanKind.CLIENT : api.SpanKind.INTERNAL;
   const status = { grpc: semconv.ATTR_RPC_STATUS_CODE, http: semconv.ATTR_HTTP_RESPONSE_STATUS_CODE };
   logger.info(
-    { event: 'tracing', protocol: s.tracingExporterProtocol, url: redactRedisUrl(tracesUrl(s)), serviceName: s.tracingServiceName, serviceNamespace: s.tracingServiceNamespace, serviceInstanceId: instanceId, samplingRate: s.tracingSamplingRate },
+    {
+      event: 'tracing',
+      protocol: s.tracingExporterProtocol,
+      url: redactRedisUrl(tracesUrl(s)),
+      serviceName: s.tracingServiceName,
+      serviceNamespace: s.tracingServiceNamespace,
+      serviceInstanceId: instanceId,
+      samplingRate: s.tracingSamplingRate,
+    },
     `tracing on: OTLP over ${s.tracingExporterProtocol} to ${tracesUrl(s)}, service ${s.tracingServiceName}, sampling rate ${s.tracingSamplingRate}`,
   );
   return {
@@ -123,7 +131,10 @@ function otelTracer(s: Settings, logger: Logger): Tracer {
     // its own timeout; what is not sent by then is given up, said in a warning.
     shutdown: () =>
       answeredWithin(provider.shutdown(), SHUTDOWN_EXPORT_MS, 'the collector').catch((err: unknown) => {
-        logger.warn({ event: 'tracing_error', error: (err as Error).message }, `tracing: the spans buffered at shutdown were not exported (${(err as Error).message})`);
+        logger.warn(
+          { event: 'tracing_error', error: (err as Error).message },
+          `tracing: the spans buffered at shutdown were not exported (${(err as Error).message})`,
+        );
       }),
   };
 }
@@ -179,7 +190,11 @@ class OtelCall implements CallTrace {
 
   async decide(store: Store, checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
     const context = this.api.trace.setSpan(this.api.ROOT_CONTEXT, this.span);
-    const child = this.tracer.startSpan(STORE_SPAN, { kind: this.o.storeKind, attributes: { [ATTR.store]: this.o.store, [ATTR.checks]: checks.length } }, context);
+    const child = this.tracer.startSpan(
+      STORE_SPAN,
+      { kind: this.o.storeKind, attributes: { [ATTR.store]: this.o.store, [ATTR.checks]: checks.length } },
+      context,
+    );
     try {
       const decision = await store.decide(checks, options);
       this.degraded = decision.degraded !== undefined;

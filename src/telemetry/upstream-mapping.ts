@@ -21,10 +21,21 @@ export function defaultMapping(responseTimeAsMs: boolean): MapperConfig {
   return {
     mappings: [
       ...perRule,
-      { match: 'ratelimit.service.call.should_rate_limit.*', metricType: 'counter', name: 'ratelimit_service_should_rate_limit_error', labels: { err_type: '$1' } },
+      {
+        match: 'ratelimit.service.call.should_rate_limit.*',
+        metricType: 'counter',
+        name: 'ratelimit_service_should_rate_limit_error',
+        labels: { err_type: '$1' },
+      },
       { match: 'ratelimit_server.*.total_requests', metricType: 'counter', name: 'ratelimit_service_total_requests', labels: { grpc_method: '$1' } },
       // PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS keeps the name but not the scale, as upstream.
-      { match: 'ratelimit_server.*.response_time', observerType: 'histogram', name: 'ratelimit_service_response_time_seconds', labels: { grpc_method: '$1' }, scale: responseTimeAsMs ? undefined : 0.001 },
+      {
+        match: 'ratelimit_server.*.response_time',
+        observerType: 'histogram',
+        name: 'ratelimit_service_response_time_seconds',
+        labels: { grpc_method: '$1' },
+        scale: responseTimeAsMs ? undefined : 0.001,
+      },
       { match: 'ratelimit.service.config_load_success', metricType: 'counter', name: 'ratelimit_service_config_load_success' },
       { match: 'ratelimit.service.config_load_error', metricType: 'counter', name: 'ratelimit_service_config_load_error' },
     ],

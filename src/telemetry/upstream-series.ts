@@ -70,7 +70,7 @@ export function registerUpstreamSeries(registry: Registry, s: SluiceSeries): voi
 // sluice_request_duration_seconds{transport="grpc"} under upstream's name and label.
 function renamedHistogram(source: Histogram<'transport'>, name: string) {
   const from = (source as unknown as { name: string }).name;
-  const help = "ShouldRateLimit latency over gRPC (envoyproxy/ratelimit's name; sluice_request_duration_seconds{transport=\"grpc\"})";
+  const help = 'ShouldRateLimit latency over gRPC (envoyproxy/ratelimit\'s name; sluice_request_duration_seconds{transport="grpc"})';
   return {
     name,
     help,

@@ -1,9 +1,5 @@
 import * as grpc from '@grpc/grpc-js';
-import {
-  AggregatedDiscoveryServiceService,
-  type DiscoveryRequest,
-  type DiscoveryResponse,
-} from '../../src/gen/envoy/service/discovery/v3/discovery';
+import { AggregatedDiscoveryServiceService, type DiscoveryRequest, type DiscoveryResponse } from '../../src/gen/envoy/service/discovery/v3/discovery';
 import { type DeepPartial, RateLimitConfig } from '../../src/gen/ratelimit/config/ratelimit/v3/rls_conf';
 import { RATE_LIMIT_CONFIG_TYPE } from '../../src/config/xds/convert';
 
@@ -51,7 +47,7 @@ export async function startControlPlane(o: { port?: number; credentials?: grpc.S
     for (const [k, v] of Object.entries(stream.metadata.getMap())) metadata[k] = String(v);
     const received = { ...request, metadata };
     requests.push(received);
-    for (const w of [...waiters]) if (w.predicate(received)) (waiters.splice(waiters.indexOf(w), 1), w.resolve(received));
+    for (const w of [...waiters]) if (w.predicate(received)) waiters.splice(waiters.indexOf(w), 1), w.resolve(received);
   };
 
   server.addService(AggregatedDiscoveryServiceService, {

@@ -1,10 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import { createApp, type App, type AppOptions } from '../../src/app';
-import {
-  type RateLimitRequest,
-  type RateLimitResponse,
-  RateLimitServiceClient,
-} from '../../src/gen/envoy/service/ratelimit/v3/rls';
+import { type RateLimitRequest, type RateLimitResponse, RateLimitServiceClient } from '../../src/gen/envoy/service/ratelimit/v3/rls';
 import { createLogger } from '../../src/logger';
 import { defaultSettings, type Settings } from '../../src/settings';
 
@@ -26,7 +22,17 @@ export const GRPC_SERVER_IMPL = (process.env.SLUICE_GRPC_SERVER_IMPL ?? 'sluice'
 
 // Boots the real service in this process on free loopback ports, with a gRPC client to it.
 export async function startApp(overrides: Partial<Settings>, options: AppOptions = {}): Promise<Running> {
-  const settings = defaultSettings({ host: '127.0.0.1', grpcHost: '127.0.0.1', httpPort: 0, grpcPort: 0, adminPort: 0, configWatch: false, logLevel: 'silent', grpcServerImpl: GRPC_SERVER_IMPL, ...overrides });
+  const settings = defaultSettings({
+    host: '127.0.0.1',
+    grpcHost: '127.0.0.1',
+    httpPort: 0,
+    grpcPort: 0,
+    adminPort: 0,
+    configWatch: false,
+    logLevel: 'silent',
+    grpcServerImpl: GRPC_SERVER_IMPL,
+    ...overrides,
+  });
   const app = createApp(settings, { logger: createLogger(settings.logLevel), ...options });
   const { grpcPort, httpPort, adminPort } = await app.start();
   const client = new RateLimitServiceClient(`127.0.0.1:${grpcPort}`, grpc.credentials.createInsecure());

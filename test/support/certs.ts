@@ -19,7 +19,23 @@ export function makeCerts(): Certs {
   fs.writeFileSync(file('san.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
   const issue = (name: string) => {
     ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=127.0.0.1', '-keyout', file(`${name}.key.new`), '-out', file(`${name}.csr`));
-    ssl('x509', '-req', '-in', file(`${name}.csr`), '-CA', file('ca.crt'), '-CAkey', file('ca.key'), '-CAcreateserial', '-days', '1', '-extfile', file('san.ext'), '-out', file(`${name}.crt.new`));
+    ssl(
+      'x509',
+      '-req',
+      '-in',
+      file(`${name}.csr`),
+      '-CA',
+      file('ca.crt'),
+      '-CAkey',
+      file('ca.key'),
+      '-CAcreateserial',
+      '-days',
+      '1',
+      '-extfile',
+      file('san.ext'),
+      '-out',
+      file(`${name}.crt.new`),
+    );
     // Replace both files by rename, as a certificate manager would.
     fs.renameSync(file(`${name}.key.new`), file(`${name}.key`));
     fs.renameSync(file(`${name}.crt.new`), file(`${name}.crt`));

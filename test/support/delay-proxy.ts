@@ -169,12 +169,7 @@ function acceptDark(client: net.Socket): Pair {
   return { client, lanes: [] };
 }
 
-function connectPair(
-  client: net.Socket,
-  target: { host: string; port: number },
-  state: { delayMs: number; cut: boolean },
-  counters: DelayProxyCounters,
-): Pair {
+function connectPair(client: net.Socket, target: { host: string; port: number }, state: { delayMs: number; cut: boolean }, counters: DelayProxyCounters): Pair {
   const upstream = net.connect({ ...target, allowHalfOpen: true });
   upstream.setNoDelay(true);
   client.setNoDelay(true);

@@ -189,7 +189,10 @@ function latencyOf(region: string, samples: Sample[]): LatencyStats {
 
 // Nearest rank; NaN for no values, so "no samples" cannot pass for "fast".
 export function percentile(values: readonly number[], p: number): number {
-  return nearestRank([...values].sort((a, b) => a - b), p);
+  return nearestRank(
+    [...values].sort((a, b) => a - b),
+    p,
+  );
 }
 
 function nearestRank(sorted: readonly number[], p: number): number {

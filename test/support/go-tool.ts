@@ -14,12 +14,14 @@ export function findGoTool(name: string): string | undefined {
       // no Go toolchain: PATH only
     }
   }
-  return dirs.map((dir) => path.join(dir, name)).find((file) => {
-    try {
-      accessSync(file, constants.X_OK);
-      return true;
-    } catch {
-      return false;
-    }
-  });
+  return dirs
+    .map((dir) => path.join(dir, name))
+    .find((file) => {
+      try {
+        accessSync(file, constants.X_OK);
+        return true;
+      } catch {
+        return false;
+      }
+    });
 }

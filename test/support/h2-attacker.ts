@@ -2,7 +2,20 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { setImmediate as yieldToEvents } from 'node:timers/promises';
 import { HpackDecoder } from '../../src/server/h2grpc/hpack';
-import { ACK, CONTINUATION, DEFAULT_WINDOW, encodeFrame, END_HEADERS, GOAWAY, HEADERS, PING, PREFACE, RST_STREAM, SETTINGS, WINDOW_UPDATE } from '../../src/server/h2grpc/wire';
+import {
+  ACK,
+  CONTINUATION,
+  DEFAULT_WINDOW,
+  encodeFrame,
+  END_HEADERS,
+  GOAWAY,
+  HEADERS,
+  PING,
+  PREFACE,
+  RST_STREAM,
+  SETTINGS,
+  WINDOW_UPDATE,
+} from '../../src/server/h2grpc/wire';
 
 import { settingsFrame } from './h2-raw';
 
@@ -61,7 +74,10 @@ export class RawH2 {
   // Our preface is sent: the server's SETTINGS and PINGs are acknowledged from then on.
   private handshaken = false;
 
-  private constructor(readonly socket: net.Socket, readonly options: RawOptions) {
+  private constructor(
+    readonly socket: net.Socket,
+    readonly options: RawOptions,
+  ) {
     socket.setNoDelay(true);
     const closed = (why: string) => () => this.markClosed(why);
     socket.on('error', (err: NodeJS.ErrnoException) => this.markClosed(err.code ?? err.message));

@@ -25,7 +25,9 @@ import { grpcFrame, SHOULD_RATE_LIMIT } from './raw-grpc';
 // The domain and descriptor every request here uses; ATTACK_CONFIG rules them with a limit so high
 // that each call is a real decision and never OVER_LIMIT.
 export const ATTACK_DOMAIN = 'attacks';
-export const ATTACK_CONFIG = ['domain: attacks', 'descriptors:', '  - key: client', '    rate_limit: { unit: second, requests_per_unit: 1000000000 }', ''].join('\n');
+export const ATTACK_CONFIG = ['domain: attacks', 'descriptors:', '  - key: client', '    rate_limit: { unit: second, requests_per_unit: 1000000000 }', ''].join(
+  '\n',
+);
 export function attackRequest(client: string): RateLimitRequest {
   return { domain: ATTACK_DOMAIN, descriptors: [{ entries: [{ key: 'client', value: client }] }], hitsAddend: 0 };
 }
@@ -71,7 +73,15 @@ export function result(name: string, c: RawH2, detail: Record<string, number> = 
 }
 
 export function requestHeaders(extra: Record<string, string> = {}): Buffer {
-  return encodeHeaders({ ':method': 'POST', ':scheme': 'http', ':path': SHOULD_RATE_LIMIT, ':authority': 'sluice', 'content-type': 'application/grpc', te: 'trailers', ...extra });
+  return encodeHeaders({
+    ':method': 'POST',
+    ':scheme': 'http',
+    ':path': SHOULD_RATE_LIMIT,
+    ':authority': 'sluice',
+    'content-type': 'application/grpc',
+    te: 'trailers',
+    ...extra,
+  });
 }
 const REQUEST_HEADERS = requestHeaders();
 
@@ -175,7 +185,11 @@ export async function rapidReset(port: number): Promise<AttackResult> {
 // CVE-2025-8671: frames on open streams that make the server reset them (WINDOW_UPDATE of 0).
 export async function madeYouReset(port: number): Promise<AttackResult> {
   const c = await RawH2.open(port);
-  await c.flood((i) => Buffer.concat([encodeFrame(HEADERS, END_HEADERS, streamId(i), REQUEST_HEADERS), windowUpdate(streamId(i), 0)]), { ...flood, maxFrames: 200_000, batch: 20 });
+  await c.flood((i) => Buffer.concat([encodeFrame(HEADERS, END_HEADERS, streamId(i), REQUEST_HEADERS), windowUpdate(streamId(i), 0)]), {
+    ...flood,
+    maxFrames: 200_000,
+    batch: 20,
+  });
   return finish('MadeYouReset (WINDOW_UPDATE 0)', c, { serverResets: c.resets.size });
 }
 
@@ -209,10 +223,18 @@ export const FLOODS: { name: string; reads: boolean; run: (port: number) => Prom
   { name: 'class 1: CONTINUATION flood (16 KB fragments of one header block)', reads: true, run: continuationFlood },
   { name: 'class 1: HEADERS without END_HEADERS, then endless zero-length CONTINUATIONs', reads: true, run: emptyContinuations },
   { name: 'class 2: zero initial window, 200 answers blocked, then a SETTINGS flood', reads: true, run: (port) => zeroWindow(port, 'settings') },
-  { name: 'class 2: zero initial window, 200 answers blocked, then WINDOW_UPDATE(stream 0, 1) flood', reads: true, run: (port) => zeroWindow(port, 'window-update') },
+  {
+    name: 'class 2: zero initial window, 200 answers blocked, then WINDOW_UPDATE(stream 0, 1) flood',
+    reads: true,
+    run: (port) => zeroWindow(port, 'window-update'),
+  },
   { name: 'class 3: PING flood from a peer that never reads (CVE-2019-9512)', reads: false, run: pingFlood },
   { name: 'class 3: SETTINGS flood from a peer that never reads (CVE-2019-9515)', reads: false, run: settingsFlood },
-  { name: 'class 3: HEADERS with an upper-case name on new streams, each drawing RST_STREAM, never read (CVE-2019-9514)', reads: false, run: resetDrawingFlood },
+  {
+    name: 'class 3: HEADERS with an upper-case name on new streams, each drawing RST_STREAM, never read (CVE-2019-9514)',
+    reads: false,
+    run: resetDrawingFlood,
+  },
   { name: 'class 4: MadeYouReset, WINDOW_UPDATE of 0 on each new open stream (CVE-2025-8671)', reads: true, run: madeYouReset },
   { name: 'class 4: empty DATA frames without END_STREAM (CVE-2019-9518)', reads: true, run: emptyData },
   { name: 'class 4: HPACK bomb, a 4 KB table entry referenced 16,000 times a block', reads: true, run: hpackBomb },

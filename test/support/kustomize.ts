@@ -8,7 +8,12 @@ import YAML from 'yaml';
 // not model fails the test instead of being validated wrongly.
 
 // Parsed YAML objects, navigated freely: the schema validation is what checks their shape.
-export type K8sObject = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string; labels?: Record<string, string> }; [field: string]: any };
+export type K8sObject = {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string; labels?: Record<string, string> };
+  [field: string]: any;
+};
 
 export interface Kustomization {
   apiVersion?: string;
@@ -87,7 +92,8 @@ function generateConfigMap(dir: string, g: NonNullable<Kustomization['configMapG
   for (const key of Object.keys(g)) if (!['name', 'files', 'options'].includes(key)) throw new Error(`${where}: '${key}' is not modelled`);
   // With the hash suffix, kustomize renames the ConfigMap and rewrites every reference to it;
   // not modelled.
-  if (g.options?.disableNameSuffixHash !== true || Object.keys(g.options).length !== 1) throw new Error(`${where}: only options.disableNameSuffixHash: true is modelled`);
+  if (g.options?.disableNameSuffixHash !== true || Object.keys(g.options).length !== 1)
+    throw new Error(`${where}: only options.disableNameSuffixHash: true is modelled`);
   const data: Record<string, string> = {};
   for (const entry of g.files) {
     const [key, file] = entry.includes('=') ? entry.split('=', 2) : [path.basename(entry), entry];

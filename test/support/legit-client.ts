@@ -96,7 +96,13 @@ export class LegitLoop {
     await this.done;
     this.client.close();
     const total = this.answered + this.failed;
-    return { answered: this.answered, failed: this.failed, share: total === 0 ? 0 : this.answered / total, latenciesMs: this.latencies.sort((a, b) => a - b), failures: this.failures };
+    return {
+      answered: this.answered,
+      failed: this.failed,
+      share: total === 0 ? 0 : this.answered / total,
+      latenciesMs: this.latencies.sort((a, b) => a - b),
+      failures: this.failures,
+    };
   }
 }
 

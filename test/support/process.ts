@@ -20,12 +20,16 @@ export interface ServerProcess {
 // which carries the ports it bound.
 // `nodeArgs`: flags for node itself (V8's among them), before the script.
 export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}, nodeArgs: string[] = []): Promise<ServerProcess> {
-  const child = spawn(process.execPath, [...nodeArgs, MAIN, 'serve', '--grpc-port', '0', '--http-port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1', ...args], {
-    cwd: REPO,
-    // SLUICE_GRPC_SERVER_IMPL=http2 or grpc-js runs the gRPC tests against that server.
-    env: { PATH: process.env.PATH, GRPC_SERVER_IMPL: process.env.SLUICE_GRPC_SERVER_IMPL, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    [...nodeArgs, MAIN, 'serve', '--grpc-port', '0', '--http-port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1', ...args],
+    {
+      cwd: REPO,
+      // SLUICE_GRPC_SERVER_IMPL=http2 or grpc-js runs the gRPC tests against that server.
+      env: { PATH: process.env.PATH, GRPC_SERVER_IMPL: process.env.SLUICE_GRPC_SERVER_IMPL, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   const logs: Record<string, unknown>[] = [];
   const waiters: { predicate: (l: Record<string, unknown>) => boolean; resolve: (l: Record<string, unknown>) => void }[] = [];
   let stderr = '';

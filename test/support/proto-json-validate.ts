@@ -86,7 +86,10 @@ export class ProtoJsonValidator {
     this.triedPackages.add(pkgDir);
     const dir = this.locate(pkgDir);
     if (dir === undefined || !fs.statSync(dir).isDirectory()) return false;
-    const files = fs.readdirSync(dir).filter((f) => f.endsWith('.proto')).map((f) => `${pkgDir}/${f}`);
+    const files = fs
+      .readdirSync(dir)
+      .filter((f) => f.endsWith('.proto'))
+      .map((f) => `${pkgDir}/${f}`);
     if (files.length === 0) return false;
     this.root.loadSync(files, { keepCase: true });
     this.root.resolveAll();
@@ -241,8 +244,16 @@ const UINT32 = { min: 0, max: 2 ** 32 - 1 };
 const INT64 = { min: -(2 ** 63), max: 2 ** 63 };
 const UINT64 = { min: 0, max: 2 ** 64 };
 const INTEGER_RANGES: Record<string, { min: number; max: number }> = {
-  int32: INT32, sint32: INT32, sfixed32: INT32, uint32: UINT32, fixed32: UINT32,
-  int64: INT64, sint64: INT64, sfixed64: INT64, uint64: UINT64, fixed64: UINT64,
+  int32: INT32,
+  sint32: INT32,
+  sfixed32: INT32,
+  uint32: UINT32,
+  fixed32: UINT32,
+  int64: INT64,
+  sint64: INT64,
+  sfixed64: INT64,
+  uint64: UINT64,
+  fixed64: UINT64,
 };
 
 // proto3 JSON accepts integers as numbers or decimal strings (64-bit ones are usually strings).

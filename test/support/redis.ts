@@ -279,10 +279,7 @@ export async function startSentinelSet(): Promise<SentinelSet> {
   const primary = await startRedis();
   let others: RedisNode[];
   try {
-    others = await startAll([
-      () => startRedis({ args: ['--replicaof', HOST, String(primary.port)] }),
-      () => startSentinel(masterName, primary.port),
-    ]);
+    others = await startAll([() => startRedis({ args: ['--replicaof', HOST, String(primary.port)] }), () => startSentinel(masterName, primary.port)]);
   } catch (err) {
     await primary.stop();
     throw err;
@@ -497,6 +494,11 @@ export async function counterNames(node: RedisNode, pattern: string): Promise<st
 
 // Redis' glob for the patterns tests use: `*` and `?`, everything else literal.
 function globMatch(pattern: string, text: string): boolean {
-  const re = new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`);
+  const re = new RegExp(
+    `^${pattern
+      .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+      .replace(/\*/g, '.*')
+      .replace(/\?/g, '.')}$`,
+  );
   return re.test(text);
 }

@@ -49,9 +49,18 @@ export interface StackOptions {
 }
 
 export function redisClient(port: number, cluster = false): Redis | Cluster {
-  const common = { enableOfflineQueue: false, maxRetriesPerRequest: 0, autoResendUnfulfilledCommands: false, retryStrategy: (n: number) => Math.min(50 * n, 500) };
+  const common = {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+    retryStrategy: (n: number) => Math.min(50 * n, 500),
+  };
   return cluster
-    ? new Cluster([{ host: '127.0.0.1', port }], { enableOfflineQueue: false, clusterRetryStrategy: (n: number) => Math.min(50 * n, 500), redisOptions: common })
+    ? new Cluster([{ host: '127.0.0.1', port }], {
+        enableOfflineQueue: false,
+        clusterRetryStrategy: (n: number) => Math.min(50 * n, 500),
+        redisOptions: common,
+      })
     : new Redis({ host: '127.0.0.1', port, ...common });
 }
 

@@ -54,7 +54,13 @@ export function storeBehaviour(name: string, makeStore: StoreFactory): void {
           assert.equal((await store.decide([roomy, tight], opts)).admitted, true);
           const denied = await store.decide([roomy, tight], opts);
           assert.equal(denied.admitted, false);
-          assert.deepEqual(denied.outcomes.map((o) => [o.allowed, o.consumed]), [[true, false], [false, false]]);
+          assert.deepEqual(
+            denied.outcomes.map((o) => [o.allowed, o.consumed]),
+            [
+              [true, false],
+              [false, false],
+            ],
+          );
           assert.equal(denied.outcomes[0].remaining, 9);
         }));
 
@@ -111,7 +117,10 @@ export function storeBehaviour(name: string, makeStore: StoreFactory): void {
         const c = check('fixed_window', 3, { hits: 2 });
         const d = await store.decide([c, { ...c }], opts);
         assert.equal(d.admitted, false);
-        assert.deepEqual(d.outcomes.map((o) => o.allowed), [true, false]);
+        assert.deepEqual(
+          d.outcomes.map((o) => o.allowed),
+          [true, false],
+        );
       }));
 
     test('hits 0 checks without consuming', () =>

@@ -11,7 +11,10 @@ export class RssSampler {
   peakMb = 0;
   private readonly timer: NodeJS.Timeout;
 
-  constructor(private readonly pid: number, everyMs = 10) {
+  constructor(
+    private readonly pid: number,
+    everyMs = 10,
+  ) {
     this.sample();
     this.timer = setInterval(() => this.sample(), everyMs);
   }

@@ -76,12 +76,13 @@ const startTicksArb = fc.oneof(
     .map(([ms, frac]) => ms * TICKS_PER_MS + frac),
 );
 
-const periodArb = fc.oneof(
-  fc.constantFrom(1_000, 60_000, 300_000, 3_600_000, 86_400_000, 31_536_000_000),
-  fc.integer({ min: 1, max: 5_000 }),
-);
+const periodArb = fc.oneof(fc.constantFrom(1_000, 60_000, 300_000, 3_600_000, 86_400_000, 31_536_000_000), fc.integer({ min: 1, max: 5_000 }));
 const limitArb = fc.oneof({ arbitrary: fc.integer({ min: 0, max: 6 }), weight: 3 }, { arbitrary: fc.integer({ min: 1, max: 1_000 }), weight: 1 });
-const hitsArb = fc.oneof({ arbitrary: fc.constant(0), weight: 1 }, { arbitrary: fc.integer({ min: 1, max: 3 }), weight: 4 }, { arbitrary: fc.integer({ min: 0, max: 1_100 }), weight: 1 });
+const hitsArb = fc.oneof(
+  { arbitrary: fc.constant(0), weight: 1 },
+  { arbitrary: fc.integer({ min: 1, max: 3 }), weight: 4 },
+  { arbitrary: fc.integer({ min: 0, max: 1_100 }), weight: 1 },
+);
 
 function specArb(algorithm: Algorithm): fc.Arbitrary<ModelSpec> {
   const bursty = algorithm === 'token_bucket' || algorithm === 'gcra';
@@ -179,7 +180,15 @@ const stepArb: fc.Arbitrary<Step> = fc.oneof(
     }),
   },
   // A config reload: the rule's limit (and burst) change; its counter key stays.
-  { weight: 1, arbitrary: fc.record({ k: fc.constant('reload' as const), rule: fc.nat({ max: 5 }), limit: fc.integer({ min: 0, max: 6 }), burst: fc.integer({ min: 0, max: 8 }) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      k: fc.constant('reload' as const),
+      rule: fc.nat({ max: 5 }),
+      limit: fc.integer({ min: 0, max: 6 }),
+      burst: fc.integer({ min: 0, max: 8 }),
+    }),
+  },
 );
 
 // Redis expires keys in its own (real) time while these tests drive an explicit clock: a key written
@@ -223,7 +232,7 @@ class ExpiryBridge {
     const keys = [...new Set(args.slice(0, numKeys).map(String))];
     const m = this.target.multi() as unknown as Record<string, (...a: unknown[]) => unknown> & { exec(): Promise<[Error | null, unknown][] | null> };
     m.fcall(name, numKeys, args);
-    for (const k of keys) (m.get(k), m.pttl(k), m.persist(k));
+    for (const k of keys) m.get(k), m.pttl(k), m.persist(k);
     const started = performance.now();
     const replies = (await m.exec()) ?? [];
     const tookMs = performance.now() - started;
@@ -310,7 +319,12 @@ describe('(b) memory and Redis stores agree on random traces; (c) a denied reque
                 expiry.delete(key);
               }
             }
-            const checks: LimitCheck[] = step.checks.map((c) => ({ ...rules[c.rule % rules.length], key: keyOf(c.rule % rules.length), hits: c.hits, mode: c.mode }));
+            const checks: LimitCheck[] = step.checks.map((c) => ({
+              ...rules[c.rule % rules.length],
+              key: keyOf(c.rule % rules.length),
+              hits: c.hits,
+              mode: c.mode,
+            }));
             const keys = [...new Set(checks.map((c) => c.key))];
             if (keys.length > 1) counts.multiKey++;
             if (keys.length < checks.length) counts.sameKeyTwice++;
@@ -329,7 +343,11 @@ describe('(b) memory and Redis stores agree on random traces; (c) a denied reque
             assert.deepEqual(withoutTime(fromRedis), fromMemory, `decide differs, ${where}`);
             // The explain endpoint's promise: peek says what decide then does.
             assert.equal(peekMemory.admitted, fromMemory.admitted, `peek mispredicts, ${where}`);
-            assert.deepEqual(peekMemory.outcomes.map((o) => o.allowed), fromMemory.outcomes.map((o) => o.allowed), `peek mispredicts, ${where}`);
+            assert.deepEqual(
+              peekMemory.outcomes.map((o) => o.allowed),
+              fromMemory.outcomes.map((o) => o.allowed),
+              `peek mispredicts, ${where}`,
+            );
 
             // The TTL the script set is the TS algorithm's (PTTL read in the same transaction).
             const rawAfter = keys.map((key) => after.get(key)?.raw ?? null);
@@ -360,7 +378,11 @@ describe('(b) memory and Redis stores agree on random traces; (c) a denied reque
             if (fromMemory.admitted || opts.countDeniedHits) continue;
             // (c) all-or-nothing, in both stores.
             counts.denied++;
-            for (const d of [fromMemory, fromRedis]) assert.ok(d.outcomes.every((o) => !o.consumed), `denied but consumed, ${where}`);
+            for (const d of [fromMemory, fromRedis])
+              assert.ok(
+                d.outcomes.every((o) => !o.consumed),
+                `denied but consumed, ${where}`,
+              );
             assert.deepEqual(rawAfter, rawBefore, `denied request changed Redis counters, ${where}`);
             assert.deepEqual(withoutTime(await memory.peek(checks, opts)), peekMemory, `denied request changed memory counters, ${where}`);
             assert.deepEqual(withoutTime(await redis.peek(checks, opts)), peekRedis, `denied request changed Redis counters (peek), ${where}`);

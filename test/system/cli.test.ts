@@ -113,7 +113,10 @@ describe('sluice serve (spawned process)', () => {
     const quiet = await spawnServer(['--config', 'examples/config']);
     try {
       await quiet.waitForLog((l) => l.event === 'listening');
-      assert.equal(quiet.logs.some((l) => l.event === 'upstream_settings_not_read'), false);
+      assert.equal(
+        quiet.logs.some((l) => l.event === 'upstream_settings_not_read'),
+        false,
+      );
     } finally {
       await quiet.stop();
     }
@@ -134,19 +137,41 @@ describe('sluice serve (spawned process)', () => {
 
 describe('logs for a person', () => {
   test('LOG_FORMAT=pretty: one readable line per event from a real process, the listening line among them', async () => {
-    const child = spawn(process.execPath, [MAIN, 'serve', '--config', 'examples/config', '--grpc-port', '0', '--http-port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1'], {
-      cwd: REPO,
-      env: { PATH: process.env.PATH, LOG_FORMAT: 'pretty', NO_COLOR: '1' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      [
+        MAIN,
+        'serve',
+        '--config',
+        'examples/config',
+        '--grpc-port',
+        '0',
+        '--http-port',
+        '0',
+        '--admin-port',
+        '0',
+        '--host',
+        '127.0.0.1',
+        '--grpc-host',
+        '127.0.0.1',
+      ],
+      {
+        cwd: REPO,
+        env: { PATH: process.env.PATH, LOG_FORMAT: 'pretty', NO_COLOR: '1' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     const lines: string[] = [];
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     const listening = await new Promise<RegExpExecArray>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no listening line: ${lines.join('\n')}`)), 10_000);
       readline.createInterface({ input: child.stdout }).on('line', (line) => {
         lines.push(line);
-        const m = /sluice listening: gRPC 127\.0\.0\.1:(\d+), HTTP 127\.0\.0\.1:(\d+), admin 127\.0\.0\.1:(\d+), store memory, config examples\/config \(1 domain\)/.exec(line);
-        if (m !== null) (clearTimeout(timer), resolve(m));
+        const m =
+          /sluice listening: gRPC 127\.0\.0\.1:(\d+), HTTP 127\.0\.0\.1:(\d+), admin 127\.0\.0\.1:(\d+), store memory, config examples\/config \(1 domain\)/.exec(
+            line,
+          );
+        if (m !== null) clearTimeout(timer), resolve(m);
       });
     });
     try {

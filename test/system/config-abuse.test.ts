@@ -18,8 +18,7 @@ import { REPO, runCli, spawnServer, type ServerProcess } from '../support/proces
 // watch survives every way editors, git and Kubernetes replace files.
 
 const BAD = path.join(REPO, 'test/fixtures/config/bad');
-const rules = (n: number, domain = 'ops') =>
-  `domain: ${domain}\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: ${n} }\n`;
+const rules = (n: number, domain = 'ops') => `domain: ${domain}\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: ${n} }\n`;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const tmp = (prefix: string) => fs.mkdtempSync(path.join(os.tmpdir(), `sluice-${prefix}-`));
 
@@ -55,10 +54,19 @@ describe('config loading cannot be weaponised', () => {
     fs.copyFileSync(path.join(BAD, 'alias_bomb.yaml'), bomb);
     const result = holder.reload('watch');
     assert.equal(result.ok, false);
-    assert.deepEqual(result.errors.map((e) => [e.file, e.line]), [[bomb, 8]]);
+    assert.deepEqual(
+      result.errors.map((e) => [e.file, e.line]),
+      [[bomb, 8]],
+    );
     assert.equal(holder.config, good);
     const events = lines.map((l) => [l.event, l.trigger]);
-    assert.deepEqual(events.filter(([e]) => e === 'config_reload'), [['config_reload', 'startup'], ['config_reload', 'watch']]);
+    assert.deepEqual(
+      events.filter(([e]) => e === 'config_reload'),
+      [
+        ['config_reload', 'startup'],
+        ['config_reload', 'watch'],
+      ],
+    );
     const rejected = lines.find((l) => l.event === 'config_rejected');
     assert.equal(rejected?.keptPrevious, true);
     assert.ok(lines.some((l) => l.event === 'config_error' && l.file === bomb && l.line === 8));
@@ -82,7 +90,10 @@ describe('config loading cannot be weaponised', () => {
     for (let i = 1; i < 40; i++) text += `  - key: d${i}\n    descriptors: &a${i} [{key: x, descriptors: *a${i - 1}}]\n`;
     const result = loadConfigSources([{ file: 'chain.yaml', text }], { mergeDomains: false });
     assert.equal(result.config, undefined);
-    assert.deepEqual(result.errors.map((e) => e.detail), ['config limit: descriptors nested deeper than 32 levels']);
+    assert.deepEqual(
+      result.errors.map((e) => e.detail),
+      ['config limit: descriptors nested deeper than 32 levels'],
+    );
     assert.equal(result.errors[0].file, 'chain.yaml');
     assert.equal(typeof result.errors[0].line, 'number');
   });
@@ -125,7 +136,10 @@ describe('config loading cannot be weaponised', () => {
 
   test('CONFIG_MAX_DESCRIPTORS counts every file of the config', () => {
     const three = (domain: string) => `domain: ${domain}\ndescriptors:\n  - key: a\n  - key: b\n  - key: c\n`;
-    const sources = [{ file: 'one.yaml', text: three('one') }, { file: 'two.yaml', text: three('two') }];
+    const sources = [
+      { file: 'one.yaml', text: three('one') },
+      { file: 'two.yaml', text: three('two') },
+    ];
     const limits = { maxFileBytes: 1 << 20, maxDescriptors: 5 };
     const result = loadConfigSources(sources, { mergeDomains: false, limits });
     assert.deepEqual(
@@ -177,7 +191,10 @@ async function limitOf(client: RateLimitServiceClient, domain = 'ops'): Promise<
   return r.statuses[0].currentLimit?.requestsPerUnit;
 }
 
-async function serve(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ server: ServerProcess; client: RateLimitServiceClient; close: () => Promise<void> }> {
+async function serve(
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+): Promise<{ server: ServerProcess; client: RateLimitServiceClient; close: () => Promise<void> }> {
   const server = await spawnServer(args, env);
   const client = new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure());
   return {
@@ -362,7 +379,10 @@ describe('the config watch survives every way files are replaced', () => {
       const loaded = server.logs.filter((l) => l.event === 'config_loaded').map((l) => l.trigger);
       assert.equal(loaded[0], 'startup');
       assert.equal(loaded.at(-1), 'signal');
-      assert.ok(loaded.slice(1, -1).every((t) => t === 'watch'), String(loaded));
+      assert.ok(
+        loaded.slice(1, -1).every((t) => t === 'watch'),
+        String(loaded),
+      );
       // Every attempt has its config_reload line, and every config_reload ends in loaded or rejected.
       const attempts = server.logs.filter((l) => l.event === 'config_reload').length;
       const outcomes = server.logs.filter((l) => l.event === 'config_loaded' || l.event === 'config_rejected').length;

@@ -134,7 +134,13 @@ describe('config errors say how to fix them', () => {
           'one file per domain, or pass --merge-domain-config (MERGE_DOMAIN_CONFIG=true) to merge their descriptors',
       ],
     );
-    const merged = loadConfigSources([{ file: 'a.yaml', text: 'domain: shop\n' }, { file: 'b.yaml', text: 'domain: shop\n' }], { mergeDomains: true });
+    const merged = loadConfigSources(
+      [
+        { file: 'a.yaml', text: 'domain: shop\n' },
+        { file: 'b.yaml', text: 'domain: shop\n' },
+      ],
+      { mergeDomains: true },
+    );
     assert.deepEqual(merged.errors, []);
   });
 
@@ -242,7 +248,10 @@ describe('a rejected config is reported, never hidden', () => {
       assert.equal(rejected?.msg, 'config rejected (1 error(s)); no config is loaded: requests are answered UNAVAILABLE until a valid one is');
       assert.doesNotMatch(JSON.stringify(lines), /last good config/);
       const listening = lines.find((l) => l.event === 'listening');
-      assert.equal(listening?.msg, `sluice listening: gRPC 127.0.0.1:${s.grpcPort}, HTTP 127.0.0.1:${s.httpPort}, admin 127.0.0.1:${s.adminPort}, store memory, config ${dir} (not loaded: 1 error(s))`);
+      assert.equal(
+        listening?.msg,
+        `sluice listening: gRPC 127.0.0.1:${s.grpcPort}, HTTP 127.0.0.1:${s.httpPort}, admin 127.0.0.1:${s.adminPort}, store memory, config ${dir} (not loaded: 1 error(s))`,
+      );
       const health = await s.http('/healthcheck');
       assert.equal(health.status, 500);
       const body = await health.text();
@@ -322,7 +331,11 @@ test('the docs/configuration.md sample of `sluice check` is exactly what the too
   for (const c of commands) {
     assert.equal(c.args[0], 'check');
     const { stdout, stderr } = await runCli(c.args);
-    assert.deepEqual([...stderr.split('\n'), ...stdout.split('\n')].filter((l) => l !== ''), c.expected, c.args.join(' '));
+    assert.deepEqual(
+      [...stderr.split('\n'), ...stdout.split('\n')].filter((l) => l !== ''),
+      c.expected,
+      c.args.join(' '),
+    );
   }
 });
 
@@ -380,7 +393,9 @@ describe('window and unit', () => {
     const { code, stdout, stderr } = await runCli(['check', file]);
     assert.equal(code, 0, stderr);
     assert.equal(stderr, '');
-    const notes = Object.keys(TOLD).filter((k) => TOLD[k] !== undefined).map((k) => note(file, k));
+    const notes = Object.keys(TOLD)
+      .filter((k) => TOLD[k] !== undefined)
+      .map((k) => note(file, k));
     assert.deepEqual(stdout.split('\n'), [...notes, 'OK: 1 file(s), domains: w', '']);
   });
 
@@ -408,7 +423,10 @@ describe('window and unit', () => {
     try {
       const answer = await s.call({ domain: 'w', descriptors: rows.map((_, i) => d([`r${i}`, 'x'])) });
       const told = answer.statuses.map((st) => Unit[st.currentLimit?.unit ?? Unit.UNKNOWN]);
-      assert.deepEqual(told, rows.map(([, unit]) => unit));
+      assert.deepEqual(
+        told,
+        rows.map(([, unit]) => unit),
+      );
     } finally {
       await s.stop();
     }

@@ -73,7 +73,8 @@ describe('decide.lua batches', () => {
   // compared, its expiry is the hash's, the same for both copies), and the key of another type
   // (a hash) is used by a limit with a key of its own (the sliding window), so that it fails.
   for (const windows of [false, true]) {
-    test(`a batch answers and writes what its requests sent one by one do${windows ? ' (fixed windows in window hashes)' : ''}`, () => batchesAsOneByOne(windows));
+    test(`a batch answers and writes what its requests sent one by one do${windows ? ' (fixed windows in window hashes)' : ''}`, () =>
+      batchesAsOneByOne(windows));
   }
 
   async function batchesAsOneByOne(windows: boolean): Promise<void> {
@@ -86,12 +87,15 @@ describe('decide.lua batches', () => {
     await fc.assert(
       fc.asyncProperty(trialArb, async ({ countDenied, seed, requests, withBadKey }) => {
         trial++;
-        const key = (copy: string, i: number) => (i === KEYS.length ? `${copy}${trial}${windows ? 'w' : ''}:bad` : `${copy}${trial}${windows ? 'w' : ''}:${KEYS[i].name}`);
+        const key = (copy: string, i: number) =>
+          i === KEYS.length ? `${copy}${trial}${windows ? 'w' : ''}:bad` : `${copy}${trial}${windows ? 'w' : ''}:${KEYS[i].name}`;
         const checks = (copy: string, limits: LimitArb[]): LimitCheck[] =>
-          limits.filter((l) => withBadKey || l.key < KEYS.length).map((l) => {
-            const k = KEYS[l.key === KEYS.length ? badAlgorithm : l.key];
-            return { key: key(copy, l.key), algorithm: k.algorithm, limit: k.limit, periodMs: k.periodMs, burst: k.burst, hits: l.hits, mode: l.mode };
-          });
+          limits
+            .filter((l) => withBadKey || l.key < KEYS.length)
+            .map((l) => {
+              const k = KEYS[l.key === KEYS.length ? badAlgorithm : l.key];
+              return { key: key(copy, l.key), algorithm: k.algorithm, limit: k.limit, periodMs: k.periodMs, burst: k.burst, hits: l.hits, mode: l.mode };
+            });
         const options = { countDeniedHits: countDenied };
         clock.set(T0 + trial * 1_000_000);
         if (withBadKey) for (const copy of ['a:', 'b:']) await conn.hset(key(copy, KEYS.length), 'f', '1');
@@ -124,7 +128,13 @@ describe('decide.lua batches', () => {
         // One call, or nothing here is batched (a key of another type makes it decide again inside).
         assert.equal((await scriptCalls(node)) - calls, 1);
         const single: PromiseSettledResult<unknown>[] = [];
-        for (const r of sent) single.push(await s.decide(r.b, options).then((value) => ({ status: 'fulfilled' as const, value }), (reason: unknown) => ({ status: 'rejected' as const, reason })));
+        for (const r of sent)
+          single.push(
+            await s.decide(r.b, options).then(
+              (value) => ({ status: 'fulfilled' as const, value }),
+              (reason: unknown) => ({ status: 'rejected' as const, reason }),
+            ),
+          );
         const tookMs = Date.now() - started;
         counts.batches++;
         counts.requests += sent.length;
@@ -135,7 +145,12 @@ describe('decide.lua batches', () => {
           if (x.status === 'rejected') {
             counts.failed++;
             assert.match(String(x.reason), /WRONGTYPE/);
-          } else assert.deepEqual(x.value, (y as PromiseFulfilledResult<unknown>).value, `request ${i} answered differently: ${JSON.stringify({ countDenied, seed, requests })}`);
+          } else
+            assert.deepEqual(
+              x.value,
+              (y as PromiseFulfilledResult<unknown>).value,
+              `request ${i} answered differently: ${JSON.stringify({ countDenied, seed, requests })}`,
+            );
         });
         for (const i of names) {
           const [a, b] = [key('a:', i), key('b:', i)];

@@ -21,7 +21,15 @@ async function timed<T>(work: () => Promise<T>): Promise<number> {
 function client(port: number): Redis {
   // A short fixed backoff so the reconnect after restore() is prompt. No ready check: its INFO would
   // time out on a cut link and turn the expected command timeout into a reconnect loop.
-  return new Redis({ host: '127.0.0.1', port, commandTimeout: COMMAND_TIMEOUT_MS, lazyConnect: true, enableReadyCheck: false, retryStrategy: () => 20, maxRetriesPerRequest: null });
+  return new Redis({
+    host: '127.0.0.1',
+    port,
+    commandTimeout: COMMAND_TIMEOUT_MS,
+    lazyConnect: true,
+    enableReadyCheck: false,
+    retryStrategy: () => 20,
+    maxRetriesPerRequest: null,
+  });
 }
 
 async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
@@ -69,7 +77,10 @@ describe(`delay proxy in front of redis-server, ${DELAY_MS} ms each way`, () => 
     assert.ok(elapsedMs(t0) >= COMMAND_TIMEOUT_MS - 5, 'a black hole, not a reset: the client waited for its timeout');
     const fresh = client(proxy.port);
     try {
-      await assert.rejects(fresh.connect().then(() => fresh.ping()), /timed out/i);
+      await assert.rejects(
+        fresh.connect().then(() => fresh.ping()),
+        /timed out/i,
+      );
     } finally {
       fresh.disconnect();
     }

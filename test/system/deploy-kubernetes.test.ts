@@ -36,7 +36,8 @@ const find = (objects: K8sObject[], kind: string, name: string): K8sObject => {
   return o;
 };
 const deployments = (objects: K8sObject[]) => objects.filter((o) => o.kind === 'Deployment');
-const sluiceContainer = (objects: K8sObject[]): Yaml => find(objects, 'Deployment', 'sluice').spec.template.spec.containers.find((c: Yaml) => c.name === 'sluice');
+const sluiceContainer = (objects: K8sObject[]): Yaml =>
+  find(objects, 'Deployment', 'sluice').spec.template.spec.containers.find((c: Yaml) => c.name === 'sluice');
 const subset = (selector: Record<string, string>, labels: Record<string, string> = {}) => Object.entries(selector).every(([k, v]) => labels[k] === v);
 
 // The settings sluice starts with in the container: its environment, as `sluice serve` reads it.
@@ -66,7 +67,11 @@ function docYaml(page: string): Yaml[] {
   const out: Yaml[] = [];
   for (const block of markdown.matchAll(/```ya?ml\n([\s\S]*?)```/g)) {
     for (const doc of YAML.parseAllDocuments(block[1])) {
-      assert.deepEqual(doc.errors.map((e) => e.message), [], page);
+      assert.deepEqual(
+        doc.errors.map((e) => e.message),
+        [],
+        page,
+      );
       out.push(doc.toJS());
     }
   }
@@ -85,7 +90,8 @@ describe('deploy/kubernetes', () => {
       const objects = build();
       for (const o of objects) assert.deepEqual(await validateObject(o), [], `${o.kind} ${o.metadata.name}`);
       const kinds = new Set(objects.map((o) => o.kind));
-      for (const kind of ['Namespace', 'Deployment', 'Service', 'ConfigMap', 'PodDisruptionBudget', 'HorizontalPodAutoscaler']) assert.ok(kinds.has(kind), `${name} has a ${kind}`);
+      for (const kind of ['Namespace', 'Deployment', 'Service', 'ConfigMap', 'PodDisruptionBudget', 'HorizontalPodAutoscaler'])
+        assert.ok(kinds.has(kind), `${name} has a ${kind}`);
       for (const o of objects) if (o.kind !== 'Namespace') assert.equal(o.metadata.namespace, 'ratelimit', `${o.kind} ${o.metadata.name} in the namespace`);
     });
   }
@@ -97,8 +103,14 @@ describe('deploy/kubernetes', () => {
     deployment.spec.template.spec.containers[0].readinesProbe = deployment.spec.template.spec.containers[0].readinessProbe;
     delete deployment.spec.template.spec.containers[0].name;
     const errors = await validateObject(deployment);
-    assert.ok(errors.some((e) => e.startsWith('data/spec/replicas must be integer')), errors.join('\n'));
-    assert.ok(errors.some((e) => e.includes("must have required property 'name'") || e.includes('must have required property name')), errors.join('\n'));
+    assert.ok(
+      errors.some((e) => e.startsWith('data/spec/replicas must be integer')),
+      errors.join('\n'),
+    );
+    assert.ok(
+      errors.some((e) => e.includes("must have required property 'name'") || e.includes('must have required property name')),
+      errors.join('\n'),
+    );
     assert.ok(errors.includes('data/spec/template/spec/containers/0/readinesProbe is not a field of apps/v1 Deployment'), errors.join('\n'));
 
     const rule = structuredClone(find(BUILDS['base + components/monitoring'](), 'PrometheusRule', 'sluice'));
@@ -155,7 +167,10 @@ describe('deploy/kubernetes', () => {
     const monitor = find(objects, 'ServiceMonitor', 'sluice');
     assert.ok(subset(monitor.spec.selector.matchLabels, service.metadata.labels));
     for (const e of monitor.spec.endpoints) {
-      assert.ok(service.spec.ports.some((p: Yaml) => p.name === e.port), `ServiceMonitor port ${e.port} is a Service port`);
+      assert.ok(
+        service.spec.ports.some((p: Yaml) => p.name === e.port),
+        `ServiceMonitor port ${e.port} is a Service port`,
+      );
       assert.equal(MAIN_ROUTES[e.path]?.method, 'GET');
     }
   });
@@ -192,7 +207,7 @@ describe('deploy/kubernetes', () => {
       const workers = settings.store === 'memory' ? 1 : settings.workers;
       assert.equal(typeof workers, 'number', `${name}: WORKERS is set to a number with STORE=redis`);
       const need = estimateMb(workers as number, configBytes);
-      const mb = (q: string) => Number(/^(\d+)Mi$/.exec(q)?.[1]) * 2 ** 20 / 1e6;
+      const mb = (q: string) => (Number(/^(\d+)Mi$/.exec(q)?.[1]) * 2 ** 20) / 1e6;
       const request = mb(container.resources.requests.memory);
       const limit = mb(container.resources.limits.memory);
       assert.ok(request >= need, `${name}: memory request ${Math.round(request)} MB < ${need} MB for WORKERS=${workers} with ${configBytes} bytes of config`);
@@ -239,15 +254,25 @@ describe('deploy/kubernetes', () => {
     assert.ok(!subset(find(objects, 'Service', 'sluice').spec.selector, redisPod.metadata.labels), 'the sluice Service does not select Redis');
     const policy = find(objects, 'NetworkPolicy', 'redis');
     assert.ok(subset(policy.spec.podSelector.matchLabels, redisPod.metadata.labels));
-    assert.deepEqual(policy.spec.ingress.map((i: Yaml) => i.from.every((f: Yaml) => subset(f.podSelector.matchLabels, sluicePod.metadata.labels))), [true]);
+    assert.deepEqual(
+      policy.spec.ingress.map((i: Yaml) => i.from.every((f: Yaml) => subset(f.podSelector.matchLabels, sluicePod.metadata.labels))),
+      [true],
+    );
     assert.equal(policy.spec.ingress[0].ports[0].port, port.targetPort);
   });
 
   test('without components/network-policy nothing restricts who reaches sluice', () => {
     for (const name of ['base', 'overlays/redis', 'base + components/monitoring']) {
-      assert.deepEqual(sluicePolicies(BUILDS[name]()).map((p) => p.metadata.name), [], name);
+      assert.deepEqual(
+        sluicePolicies(BUILDS[name]()).map((p) => p.metadata.name),
+        [],
+        name,
+      );
     }
-    assert.deepEqual(BUILDS.base().filter((o) => o.kind === 'NetworkPolicy'), []);
+    assert.deepEqual(
+      BUILDS.base().filter((o) => o.kind === 'NetworkPolicy'),
+      [],
+    );
   });
 
   test('components/network-policy: gRPC only from the gateway, HTTP from anywhere as before, nothing else', () => {
@@ -258,7 +283,8 @@ describe('deploy/kubernetes', () => {
       const [policy] = policies;
       const deployment = find(objects, 'Deployment', 'sluice');
       assert.deepEqual(policy.spec.podSelector, { matchLabels: deployment.spec.selector.matchLabels }, `${name}: the Deployment's own selector`);
-      for (const d of deployments(objects).filter((d) => d !== deployment)) assert.ok(!subset(policy.spec.podSelector.matchLabels, d.spec.template.metadata.labels), `${name}: not ${d.metadata.name}`);
+      for (const d of deployments(objects).filter((d) => d !== deployment))
+        assert.ok(!subset(policy.spec.podSelector.matchLabels, d.spec.template.metadata.labels), `${name}: not ${d.metadata.name}`);
       assert.deepEqual(policy.spec.policyTypes, ['Ingress'], `${name}: egress left alone`);
 
       const c = sluiceContainer(objects);
@@ -269,12 +295,19 @@ describe('deploy/kubernetes', () => {
         for (const p of r.ports) assert.equal(p.protocol, 'TCP');
         return { from: r.from, ports: r.ports.map((p: Yaml) => policyPort(c, p.port)) };
       });
-      assert.deepEqual(rules.map((r) => r.ports), [[settings.grpcPort], [settings.httpPort]], `${name}: the gateway rule first (docs/kubernetes.md patches /spec/ingress/0), then HTTP`);
+      assert.deepEqual(
+        rules.map((r) => r.ports),
+        [[settings.grpcPort], [settings.httpPort]],
+        `${name}: the gateway rule first (docs/kubernetes.md patches /spec/ingress/0), then HTTP`,
+      );
       assert.equal(portNumber(c, 'grpc'), settings.grpcPort);
       // The gateway docs/istio.md installs the rate limit filter on: its pods, in its namespace only.
       const gateways = docYaml('docs/istio.md')
         .filter((d) => d.kind === 'EnvoyFilter')
-        .map((f) => ({ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': f.metadata.namespace } }, podSelector: { matchLabels: f.spec.workloadSelector.labels } }));
+        .map((f) => ({
+          namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': f.metadata.namespace } },
+          podSelector: { matchLabels: f.spec.workloadSelector.labels },
+        }));
       assert.ok(gateways.length > 0);
       for (const g of gateways) assert.deepEqual(rules[0].from, [g], `${name}: gRPC from the gateway only`);
       assert.equal(rules[1].from, undefined, `${name}: HTTP (/metrics, POST /json) from every source, as without the policy`);
@@ -282,20 +315,30 @@ describe('deploy/kubernetes', () => {
   });
 
   test('docs/kubernetes.md: its patch points the gRPC rule at another gateway and changes nothing else', async () => {
-    const k = docYaml('docs/kubernetes.md').find((d) => d.kind === 'Kustomization' && d.components?.some((c: string) => c.endsWith('/components/network-policy')));
+    const k = docYaml('docs/kubernetes.md').find(
+      (d) => d.kind === 'Kustomization' && d.components?.some((c: string) => c.endsWith('/components/network-policy')),
+    );
     assert.ok(k, 'a kustomization adding the component');
     assert.ok(fs.statSync(path.join(REPO, k.components[0].replace(/^.*?\/deploy\//, 'deploy/'))).isDirectory(), k.components[0]);
     assert.equal(k.patches.length, 1);
     assert.deepEqual(k.patches[0].target, { kind: 'NetworkPolicy', name: 'sluice' });
     const ops = YAML.parse(k.patches[0].patch);
-    assert.deepEqual(ops.map((o: Yaml) => [o.op, o.path]), [['replace', '/spec/ingress/0/from']], 'only the gateway rule’s sources');
+    assert.deepEqual(
+      ops.map((o: Yaml) => [o.op, o.path]),
+      [['replace', '/spec/ingress/0/from']],
+      'only the gateway rule’s sources',
+    );
     const objects = BUILDS['base + components/network-policy']();
     const [before] = sluicePolicies(objects);
     const after = structuredClone(before);
     after.spec.ingress[0].from = ops[0].value;
     assert.deepEqual(await validateObject(after), []);
     const c = sluiceContainer(objects);
-    assert.deepEqual(after.spec.ingress[0].ports.map((p: Yaml) => policyPort(c, p.port)), [containerSettings(c).grpcPort], 'rule 0 is the gRPC rule');
+    assert.deepEqual(
+      after.spec.ingress[0].ports.map((p: Yaml) => policyPort(c, p.port)),
+      [containerSettings(c).grpcPort],
+      'rule 0 is the gRPC rule',
+    );
     assert.notDeepEqual(after.spec.ingress[0].from, before.spec.ingress[0].from);
     // One item with both selectors: those pods in that namespace, not the union of both.
     assert.equal(after.spec.ingress[0].from.length, 1);
@@ -339,7 +382,10 @@ describe('docs/istio.md', () => {
     filter.spec.configPatches[0].applyTo = 'HTTP_FILTERS';
     filter.spec.configPatchez = [];
     const errors = await validateObject(filter);
-    assert.ok(errors.some((e) => e.startsWith('data/spec/configPatches/0/applyTo must be equal to one of the allowed values')), errors.join('\n'));
+    assert.ok(
+      errors.some((e) => e.startsWith('data/spec/configPatches/0/applyTo must be equal to one of the allowed values')),
+      errors.join('\n'),
+    );
     assert.ok(errors.includes('data/spec/configPatchez is not a field of networking.istio.io/v1alpha3 EnvoyFilter'), errors.join('\n'));
   });
 

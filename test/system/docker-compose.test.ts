@@ -66,7 +66,7 @@ function dependsOn(service: Yaml): Record<string, string> {
 }
 
 function flat(command: string | string[] | undefined): string {
-  return Array.isArray(command) ? command.join(' ') : command ?? '';
+  return Array.isArray(command) ? command.join(' ') : (command ?? '');
 }
 
 // ---- Dockerfile -----------------------------------------------------------------------------
@@ -107,9 +107,18 @@ function copies(instructions: Instruction[]): Copy[] {
 }
 
 function dockerIgnored(file: string): boolean {
-  const patterns = readRepo('.dockerignore').split('\n').map((l) => l.trim()).filter((l) => l !== '' && !l.startsWith('#') && !l.startsWith('!'));
+  const patterns = readRepo('.dockerignore')
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '' && !l.startsWith('#') && !l.startsWith('!'));
   const regexes = patterns.map((p) => {
-    const glob = p.replace(/^\/|\/$/g, '').replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*\*/g, '\0').replace(/\*/g, '[^/]*').replace(/\?/g, '[^/]').replace(/\0/g, '.*');
+    const glob = p
+      .replace(/^\/|\/$/g, '')
+      .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+      .replace(/\*\*/g, '\0')
+      .replace(/\*/g, '[^/]*')
+      .replace(/\?/g, '[^/]')
+      .replace(/\0/g, '.*');
     return new RegExp(`^${glob}$`);
   });
   const ancestors = file.split('/').map((_, i, parts) => parts.slice(0, i + 1).join('/'));
@@ -138,8 +147,17 @@ describe('docker-compose.yml', () => {
       { ip: undefined, host: 10000, container: 10000 },
       { ip: '127.0.0.1', host: 9901, container: 9901 },
     ]);
-    assert.deepEqual(ports(services.sluice).map((p) => [p.host, p.container]), [[8080, 8080], [8081, 8081]]);
-    assert.deepEqual(ports(services['sluice-cluster']).map((p) => p.container), [8080, 8081]);
+    assert.deepEqual(
+      ports(services.sluice).map((p) => [p.host, p.container]),
+      [
+        [8080, 8080],
+        [8081, 8081],
+      ],
+    );
+    assert.deepEqual(
+      ports(services['sluice-cluster']).map((p) => p.container),
+      [8080, 8081],
+    );
     const hostPorts = Object.values(services).flatMap((s) => ports(s).map((p) => p.host));
     assert.equal(new Set(hostPorts).size, hostPorts.length, 'the cluster profile runs alongside the default services');
   });
@@ -182,7 +200,11 @@ describe('docker-compose.yml', () => {
 
   test('every environment variable given to sluice is one sluice reads, with a value it accepts', () => {
     const known = new Set([...SETTINGS.flatMap((s) => s.env), ...UPSTREAM_LAYOUT_ENV]);
-    const cmd = JSON.parse(dockerfile().filter((i) => i.op === 'CMD').pop()!.args) as string[];
+    const cmd = JSON.parse(
+      dockerfile()
+        .filter((i) => i.op === 'CMD')
+        .pop()!.args,
+    ) as string[];
     for (const name of SLUICE_SERVICES) {
       const env = environment(services[name]);
       for (const variable of Object.keys(env)) assert.ok(known.has(variable), `${name}: sluice does not read ${variable}`);
@@ -193,7 +215,10 @@ describe('docker-compose.yml', () => {
     }
     const clustered = loadSettings([], environment(services['sluice-cluster']));
     assert.equal(clustered.redisType, 'cluster');
-    assert.deepEqual(clustered.redisUrl.split(',').map((n) => n.split(':')[0]), CLUSTER_NODES);
+    assert.deepEqual(
+      clustered.redisUrl.split(',').map((n) => n.split(':')[0]),
+      CLUSTER_NODES,
+    );
     assert.equal(loadSettings([], environment(services.sluice)).redisUrl, 'redis://redis:6379');
   });
 
@@ -270,7 +295,10 @@ describe('Dockerfile', () => {
   test('/bin/ratelimit starts sluice from the environment alone, as Envoy Gateway runs it', async () => {
     const root = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-image-'));
     fs.mkdirSync(path.join(root, 'ratelimit/config'), { recursive: true });
-    fs.writeFileSync(path.join(root, 'ratelimit/config/eg.yaml'), 'domain: eg\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n');
+    fs.writeFileSync(
+      path.join(root, 'ratelimit/config/eg.yaml'),
+      'domain: eg\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n',
+    );
     // Envoy Gateway's environment (internal/infrastructure/kubernetes/ratelimit), file config,
     // ports free on this machine.
     const env = {
@@ -299,7 +327,11 @@ describe('Dockerfile', () => {
     });
     try {
       const { httpPort } = (await listening) as { httpPort: number };
-      const ask = () => fetch(`http://127.0.0.1:${httpPort}/json`, { method: 'POST', body: JSON.stringify({ domain: 'eg', descriptors: [{ entries: [{ key: 'k', value: 'v' }] }] }) }).then((r) => r.json());
+      const ask = () =>
+        fetch(`http://127.0.0.1:${httpPort}/json`, {
+          method: 'POST',
+          body: JSON.stringify({ domain: 'eg', descriptors: [{ entries: [{ key: 'k', value: 'v' }] }] }),
+        }).then((r) => r.json());
       assert.equal(((await ask()) as { overallCode: string }).overallCode, 'OK');
       assert.equal(((await ask()) as { overallCode: string }).overallCode, 'OVER_LIMIT');
       // Read by neither upstream nor sluice: said, not silently dropped.
@@ -323,7 +355,10 @@ describe('Dockerfile', () => {
         assert.ok(fs.existsSync(path.join(REPO, source)), `COPY ${source}: no such file in the repo`);
         assert.ok(!dockerIgnored(source), `COPY ${source}: excluded by .dockerignore`);
         if (copy.stage === last && !source.startsWith('package')) {
-          assert.ok(published.some((p) => source === p || source.startsWith(p + '/')), `runtime COPY ${source} is not in package.json files`);
+          assert.ok(
+            published.some((p) => source === p || source.startsWith(p + '/')),
+            `runtime COPY ${source} is not in package.json files`,
+          );
         }
       }
     }

@@ -45,8 +45,12 @@ function shippedEnvoyConfigs(): { name: string; text: string }[] {
 
 // docker-compose.yml's services that run Envoy's image.
 function envoyServices(): [string, { image: string; volumes?: string[] }][] {
-  const compose = YAML.parse(fs.readFileSync(path.join(REPO, 'docker-compose.yml'), 'utf8')) as { services: Record<string, { image?: string; volumes?: string[] }> };
-  return Object.entries(compose.services).filter((e): e is [string, { image: string; volumes?: string[] }] => e[1].image?.startsWith('envoyproxy/envoy:') === true);
+  const compose = YAML.parse(fs.readFileSync(path.join(REPO, 'docker-compose.yml'), 'utf8')) as {
+    services: Record<string, { image?: string; volumes?: string[] }>;
+  };
+  return Object.entries(compose.services).filter(
+    (e): e is [string, { image: string; volumes?: string[] }] => e[1].image?.startsWith('envoyproxy/envoy:') === true,
+  );
 }
 
 describe('the pinned Envoy and the shipped Envoy configs', () => {

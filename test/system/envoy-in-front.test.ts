@@ -149,10 +149,12 @@ describe('envoy/envoy.yaml in front of two sluice replicas on one Redis', () => 
     envoyBinary();
     redis = await startRedis();
     replicas = await spawnServers(
-      Array.from({ length: REPLICAS }, () => () =>
-        spawnServer(['--config', path.join(REPO, 'examples/config'), '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`], {
-          LIMIT_RESPONSE_HEADERS_ENABLED: 'true',
-        }),
+      Array.from(
+        { length: REPLICAS },
+        () => () =>
+          spawnServer(['--config', path.join(REPO, 'examples/config'), '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`], {
+            LIMIT_RESPONSE_HEADERS_ENABLED: 'true',
+          }),
       ),
     );
     await Promise.all(replicas.map((r) => waitReady(r)));
@@ -204,7 +206,10 @@ describe('envoy/envoy.yaml in front of two sluice replicas on one Redis', () => 
     assert.equal(decided.length, c.filter.ok + c.filter.over_limit, 'every answer sluice gave in time carries the headers');
     const remaining = decided.filter((a) => a.status === 200).map((a) => Number(a.headers.get('x-ratelimit-remaining')));
     assert.equal(new Set(remaining).size, remaining.length, `each admitted request saw its own remainder: ${remaining}`);
-    assert.ok(remaining.every((r) => Number.isInteger(r) && r >= 0 && r < FREE_LIMIT), `${remaining}`);
+    assert.ok(
+      remaining.every((r) => Number.isInteger(r) && r >= 0 && r < FREE_LIMIT),
+      `${remaining}`,
+    );
     for (const a of decided) {
       assert.equal(a.headers.get('x-ratelimit-limit'), `${FREE_LIMIT}, ${FREE_LIMIT};w=60;name="tenant_free"`);
       const reset = Number(a.headers.get('x-ratelimit-reset'));
@@ -267,6 +272,7 @@ describe('envoy/envoy.yaml in front of two sluice replicas on one Redis', () => 
       again = await burst(outageTenant, FREE_LIMIT);
     });
     assertAccounted(t, again, d);
-    if (c.sluice.degraded + d.sluice.degraded === 0) assert.equal(d.sluice.OK, Math.min(FREE_LIMIT - outageAdmitted, d.sluice.OK + d.sluice.OVER_LIMIT), JSON.stringify(d));
+    if (c.sluice.degraded + d.sluice.degraded === 0)
+      assert.equal(d.sluice.OK, Math.min(FREE_LIMIT - outageAdmitted, d.sluice.OK + d.sluice.OVER_LIMIT), JSON.stringify(d));
   });
 });

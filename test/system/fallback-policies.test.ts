@@ -32,7 +32,12 @@ function configDir(files: Record<string, string>): string {
 }
 
 const edgeOtherPay = () => configDir({ edge: TENANT_10_PER_HOUR, other: TENANT_10_PER_HOUR, pay: TENANT_10_PER_HOUR });
-const onRedis = (port: number, extra: Partial<Settings> = {}): Partial<Settings> => ({ configPaths: [edgeOtherPay()], store: 'redis', redisUrl: `127.0.0.1:${port}`, ...extra });
+const onRedis = (port: number, extra: Partial<Settings> = {}): Partial<Settings> => ({
+  configPaths: [edgeOtherPay()],
+  store: 'redis',
+  redisUrl: `127.0.0.1:${port}`,
+  ...extra,
+});
 
 async function withApp(overrides: Partial<Settings>, body: (s: Running) => Promise<void>): Promise<void> {
   const s = await startApp(overrides);
@@ -102,12 +107,16 @@ async function waitUntilRedisBusy(port: number): Promise<void> {
   let replies = 0;
   socket.on('data', (c: Buffer) => (replies += (c.toString().match(/\+PONG/g) ?? []).length));
   try {
-    await until('Redis to be busy (DEBUG SLEEP)', async () => {
-      const before = replies;
-      socket.write('PING\r\n');
-      await new Promise((r) => setTimeout(r, 30));
-      return replies === before || 'Redis still answers PING';
-    }, 5_000);
+    await until(
+      'Redis to be busy (DEBUG SLEEP)',
+      async () => {
+        const before = replies;
+        socket.write('PING\r\n');
+        await new Promise((r) => setTimeout(r, 30));
+        return replies === before || 'Redis still answers PING';
+      },
+      5_000,
+    );
   } finally {
     socket.destroy();
   }
@@ -202,7 +211,10 @@ describe("the caller's gRPC deadline", () => {
       const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => callWithin(s, tenant('edge', `slow-${i}`), 2000)));
       assert.equal(await sleeping, 'OK');
       assert.equal(answers.filter(degraded).length, 0);
-      assert.deepEqual(answers.map((r) => r.overallCode), answers.map(() => Code.OK));
+      assert.deepEqual(
+        answers.map((r) => r.overallCode),
+        answers.map(() => Code.OK),
+      );
       for (const r of answers) assert.equal(r.statuses[0].limitRemaining, 9);
     });
   });
@@ -234,7 +246,10 @@ describe('the over-limit cache', () => {
   // RLS answer cannot say "unknown"), a wrong answer for a client with budget left.
   test('a request with a cached denial and other limits asks Redis: every status exact, nothing consumed', async () => {
     const redis = await startRedis();
-    const dir = configDir({ multi: 'descriptors:\n  - key: route\n    rate_limit: { unit: hour, requests_per_unit: 100 }\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: 1 }\n' });
+    const dir = configDir({
+      multi:
+        'descriptors:\n  - key: route\n    rate_limit: { unit: hour, requests_per_unit: 100 }\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: 1 }\n',
+    });
     await withApp(onRedis(redis.port, { configPaths: [dir] }), async (s) => {
       await ready(s);
       const req = { domain: 'multi', descriptors: [d(['route', '/a']), d(['tenant', 't'])] };

@@ -15,7 +15,10 @@ import { spawnServer } from '../support/process';
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-first-call-'));
 after(() => fs.rmSync(dir, { recursive: true, force: true }));
 fs.mkdirSync(path.join(dir, 'config'));
-fs.writeFileSync(path.join(dir, 'config', 'first.yaml'), 'domain: first\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n');
+fs.writeFileSync(
+  path.join(dir, 'config', 'first.yaml'),
+  'domain: first\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n',
+);
 const request = { domain: 'first', descriptors: [{ entries: [{ key: 'tenant', value: 'warm-up' }], hitsAddend: undefined, limit: undefined }], hitsAddend: 0 };
 // The code that answers a call: the HTTP/2 wire, gRPC, protobuf, the service, config match, keys,
 // the limiter and the memory store.
@@ -43,7 +46,11 @@ function firstRunsWhileServing(log: string): string[] {
 
 test('the first call on a new connection runs no function of the request path for the first time', async () => {
   const log = path.join(dir, 'v8.log');
-  const server = await spawnServer(['--config', path.join(dir, 'config'), '--workers', '1'], {}, ['--log-function-events', `--logfile=${log}`, '--no-logfile-per-isolate']);
+  const server = await spawnServer(['--config', path.join(dir, 'config'), '--workers', '1'], {}, [
+    '--log-function-events',
+    `--logfile=${log}`,
+    '--no-logfile-per-isolate',
+  ]);
   try {
     await callOnNewConnection(server.grpcPort, callBytes(request, `127.0.0.1:${server.grpcPort}`, '20m'), 1, 5000);
   } finally {
@@ -73,6 +80,9 @@ test('the warm-up answers its calls before the port is bound, on a store and met
 });
 
 async function rawDecision(httpPort: number): Promise<string> {
-  const res = await fetch(`http://127.0.0.1:${httpPort}/json`, { method: 'POST', body: JSON.stringify({ domain: 'first', descriptors: [{ entries: [{ key: 'tenant', value: 'warm-up' }] }] }) });
+  const res = await fetch(`http://127.0.0.1:${httpPort}/json`, {
+    method: 'POST',
+    body: JSON.stringify({ domain: 'first', descriptors: [{ entries: [{ key: 'tenant', value: 'warm-up' }] }] }),
+  });
   return ((await res.json()) as { overallCode: string }).overallCode;
 }

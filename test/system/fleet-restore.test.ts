@@ -22,7 +22,11 @@ test('2 replicas x 2 workers, Redis restarted empty: the window admits at most i
   let redis = await startRedis();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-restore-'));
   fs.writeFileSync(path.join(dir, 'r.yaml'), `domain: r\ndescriptors:\n  - key: k\n    rate_limit: { unit: day, requests_per_unit: ${LIMIT} }\n`);
-  const servers = await Promise.all([0, 1].map(() => spawnServer(['--config', dir, '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--window-counters', 'keys'], { WORKERS: '2' })));
+  const servers = await Promise.all(
+    [0, 1].map(() =>
+      spawnServer(['--config', dir, '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--window-counters', 'keys'], { WORKERS: '2' }),
+    ),
+  );
   const clients = servers.map((s) => new RateLimitServiceClient(`127.0.0.1:${s.grpcPort}`, grpc.credentials.createInsecure()));
   try {
     await Promise.all(servers.map((s) => waitReady(s)));
@@ -31,7 +35,12 @@ test('2 replicas x 2 workers, Redis restarted empty: the window admits at most i
     let next = 0;
     const call = () =>
       new Promise<RateLimitResponse>((resolve, reject) =>
-        clients[next++ % 2].shouldRateLimit({ domain: 'r', descriptors: [d(['k', value])], hitsAddend: 0 }, new grpc.Metadata(), { deadline: Date.now() + 2000 }, (e, r) => (e ? reject(e) : resolve(r))),
+        clients[next++ % 2].shouldRateLimit(
+          { domain: 'r', descriptors: [d(['k', value])], hitsAddend: 0 },
+          new grpc.Metadata(),
+          { deadline: Date.now() + 2000 },
+          (e, r) => (e ? reject(e) : resolve(r)),
+        ),
       );
     let admitted = 0;
     const calls = async (n: number) => {

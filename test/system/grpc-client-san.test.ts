@@ -25,7 +25,23 @@ function issueClient(certs: Certs, name: string, san: string): void {
   const ssl = (...args: string[]) => execFileSync('openssl', args, { stdio: 'pipe' });
   fs.writeFileSync(certs.file(`${name}.ext`), `subjectAltName=${san}\n`);
   ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=${name}`, '-keyout', certs.file(`${name}.key`), '-out', certs.file(`${name}.csr`));
-  ssl('x509', '-req', '-in', certs.file(`${name}.csr`), '-CA', certs.file('ca.crt'), '-CAkey', certs.file('ca.key'), '-CAcreateserial', '-days', '1', '-extfile', certs.file(`${name}.ext`), '-out', certs.file(`${name}.crt`));
+  ssl(
+    'x509',
+    '-req',
+    '-in',
+    certs.file(`${name}.csr`),
+    '-CA',
+    certs.file('ca.crt'),
+    '-CAkey',
+    certs.file('ca.key'),
+    '-CAcreateserial',
+    '-days',
+    '1',
+    '-extfile',
+    certs.file(`${name}.ext`),
+    '-out',
+    certs.file(`${name}.crt`),
+  );
 }
 
 describe('GRPC_CLIENT_TLS_SAN', () => {
@@ -36,7 +52,10 @@ describe('GRPC_CLIENT_TLS_SAN', () => {
   issueClient(certs, 'byip', 'IP:10.1.2.3');
   const ca = fs.readFileSync(certs.file('ca.crt'));
   const client = (port: number, name: string) =>
-    new RateLimitServiceClient(`127.0.0.1:${port}`, grpc.credentials.createSsl(ca, fs.readFileSync(certs.file(`${name}.key`)), fs.readFileSync(certs.file(`${name}.crt`))));
+    new RateLimitServiceClient(
+      `127.0.0.1:${port}`,
+      grpc.credentials.createSsl(ca, fs.readFileSync(certs.file(`${name}.key`)), fs.readFileSync(certs.file(`${name}.crt`))),
+    );
   const tlsSettings = (san: string) => ({
     grpcTls: true,
     grpcTlsCert: certs.file('server.crt'),
@@ -56,7 +75,10 @@ describe('GRPC_CLIENT_TLS_SAN', () => {
       await assert.rejects(call(bad), (err: grpc.ServiceError) => err.code === grpc.status.UNAVAILABLE);
       // Only the served client's calls reached sluice.
       const grpcCalls = (await s.app.metrics.requests.get()).values.filter((v) => v.labels.transport === 'grpc');
-      assert.deepEqual(grpcCalls.map((v) => [v.labels.code, v.value]), [['OK', 3]]);
+      assert.deepEqual(
+        grpcCalls.map((v) => [v.labels.code, v.value]),
+        [['OK', 3]],
+      );
     } finally {
       good.close();
       bad.close();
@@ -84,10 +106,13 @@ describe('GRPC_CLIENT_TLS_SAN', () => {
       new Promise<number>((resolve, reject) => {
         const cert = name === undefined ? {} : { cert: fs.readFileSync(certs.file(`${name}.crt`)), key: fs.readFileSync(certs.file(`${name}.key`)) };
         const body = JSON.stringify({ domain: 'san', descriptors: [{ entries: [{ key: 'k', value: 'v' }] }] });
-        const req = https.request({ host: '127.0.0.1', port: s.httpPort, method: p === '/json' ? 'POST' : 'GET', path: p, ca, agent: false, ...cert }, (res) => {
-          res.resume();
-          res.on('end', () => resolve(res.statusCode ?? 0));
-        });
+        const req = https.request(
+          { host: '127.0.0.1', port: s.httpPort, method: p === '/json' ? 'POST' : 'GET', path: p, ca, agent: false, ...cert },
+          (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode ?? 0));
+          },
+        );
         req.on('error', reject);
         req.end(p === '/json' ? body : undefined);
       });
@@ -102,7 +127,10 @@ describe('GRPC_CLIENT_TLS_SAN', () => {
 
   test('refused at start without a client CA or without TLS, naming the settings', () => {
     const base = { GRPC_CLIENT_TLS_SAN: 'envoy.client.test', GRPC_SERVER_USE_TLS: 'true', GRPC_SERVER_TLS_CERT: 'c', GRPC_SERVER_TLS_KEY: 'k' };
-    assert.throws(() => loadSettings([], base), (err: Error) => err instanceof SettingsError && /GRPC_CLIENT_TLS_SAN needs GRPC_SERVER_USE_TLS and GRPC_CLIENT_TLS_CACERT/.test(err.message));
+    assert.throws(
+      () => loadSettings([], base),
+      (err: Error) => err instanceof SettingsError && /GRPC_CLIENT_TLS_SAN needs GRPC_SERVER_USE_TLS and GRPC_CLIENT_TLS_CACERT/.test(err.message),
+    );
     assert.throws(() => loadSettings([], { GRPC_CLIENT_TLS_SAN: 'x', GRPC_CLIENT_TLS_CACERT: 'ca' }), /GRPC_CLIENT_TLS_SAN needs/);
     assert.equal(loadSettings([], { ...base, GRPC_CLIENT_TLS_CACERT: 'ca' }).grpcTlsClientSan, 'envoy.client.test');
   });

@@ -33,7 +33,10 @@ function readmeExamples(): Example[] {
     .map((chunk) => {
       const lines = chunk.split('\n');
       const command = lines.filter((l) => !l.startsWith('#')).join('\n');
-      const output = lines.filter((l) => l.startsWith('#')).map((l) => l.replace(/^# ?/, '')).join('\n');
+      const output = lines
+        .filter((l) => l.startsWith('#'))
+        .map((l) => l.replace(/^# ?/, ''))
+        .join('\n');
       return { command, output };
     });
 }

@@ -69,7 +69,8 @@ function serve(dir: string, impl: 'sluice' | 'http2', env: NodeJS.ProcessEnv = {
 function calmed(r: AttackResult, code: number | null = ENHANCE_YOUR_CALM): string[] {
   const problems: string[] = [];
   if (code !== null && r.goawayCode !== code) problems.push(`GOAWAY ${hex(r.goawayCode)}, expected ${hex(code)}`);
-  if (r.closedAfterMs === undefined || r.closedAfterMs > CLOSE_WITHIN_MS) problems.push(`connection closed after ${r.closedAfterMs ?? 'never'} ms (within ${CLOSE_WITHIN_MS} ms expected)`);
+  if (r.closedAfterMs === undefined || r.closedAfterMs > CLOSE_WITHIN_MS)
+    problems.push(`connection closed after ${r.closedAfterMs ?? 'never'} ms (within ${CLOSE_WITHIN_MS} ms expected)`);
   return problems;
 }
 
@@ -145,7 +146,13 @@ describe('issue 33: one attacker connection does not take a replica down (GRPC_S
     const o = await underAttack(await target(), () => extraStreams(server.grpcPort, MAX_STREAMS, extra));
     const { detail } = o.attack;
     assert.deepEqual(
-      { announced: detail.announcedLimit, refused: detail.refused, firstRefused: detail.firstRefusedIndex, otherResets: detail.otherResets, legit: await survived(o) },
+      {
+        announced: detail.announcedLimit,
+        refused: detail.refused,
+        firstRefused: detail.firstRefusedIndex,
+        otherResets: detail.otherResets,
+        legit: await survived(o),
+      },
       { announced: MAX_STREAMS, refused: extra, firstRefused: MAX_STREAMS, otherResets: 0, legit: [] },
       JSON.stringify(o.attack),
     );

@@ -76,7 +76,13 @@ function send(session: http2.ClientHttp2Session, s: Send): Promise<Answer> {
   });
 }
 
-const status = (a: Answer) => ({ httpStatus: a.httpStatus, grpcStatus: a.grpcStatus, grpcMessage: a.grpcMessage, trailersOnly: a.trailersOnly, messages: a.messages.length });
+const status = (a: Answer) => ({
+  httpStatus: a.httpStatus,
+  grpcStatus: a.grpcStatus,
+  grpcMessage: a.grpcMessage,
+  trailersOnly: a.trailersOnly,
+  messages: a.messages.length,
+});
 
 function gzipFrame(message: Uint8Array): Buffer {
   const frame = grpcFrame(zlib.gzipSync(message));
@@ -107,17 +113,41 @@ describe('raw HTTP/2 edge cases: the sluice and http2 servers answer as grpc-js 
 
   const frame = grpcFrame(REQUEST);
   const cases: [string, Send, Partial<ReturnType<typeof status>>][] = [
-    ['one message split over DATA frames (inside the prefix and inside the message)', { chunks: [frame.subarray(0, 2), frame.subarray(2, 7), frame.subarray(7)] }, { grpcStatus: 0, messages: 1 }],
+    [
+      'one message split over DATA frames (inside the prefix and inside the message)',
+      { chunks: [frame.subarray(0, 2), frame.subarray(2, 7), frame.subarray(7)] },
+      { grpcStatus: 0, messages: 1 },
+    ],
     ['two messages in one DATA frame of a unary call', { chunks: [Buffer.concat([frame, frame])] }, { grpcStatus: grpc.status.UNIMPLEMENTED, messages: 0 }],
     ['no message at all', { chunks: [] }, { grpcStatus: grpc.status.UNIMPLEMENTED, trailersOnly: true }],
     ['a gzip-compressed message (grpc-encoding gzip)', { headers: { 'grpc-encoding': 'gzip' }, chunks: [gzipFrame(REQUEST)] }, { grpcStatus: 0, messages: 1 }],
-    ['a compressed message in an encoding the server lacks', { headers: { 'grpc-encoding': 'snappy' }, chunks: [gzipFrame(REQUEST)] }, { grpcStatus: grpc.status.UNIMPLEMENTED }],
-    ['a gzip message that inflates past the limit', { headers: { 'grpc-encoding': 'gzip' }, chunks: [gzipFrame(Buffer.alloc(5000))] }, { grpcStatus: grpc.status.RESOURCE_EXHAUSTED }],
-    ['an oversized length prefix: refused before the message is sent', { chunks: [Buffer.from([0, 0, 0, 0x03, 0xe9])], end: false }, { grpcStatus: grpc.status.RESOURCE_EXHAUSTED, trailersOnly: true }],
-    ['a malformed request: INVALID_ARGUMENT, trailers-only', { chunks: [grpcFrame(Buffer.from([0x0a, 0x05, 0x61]))] }, { grpcStatus: grpc.status.INVALID_ARGUMENT, trailersOnly: true }],
+    [
+      'a compressed message in an encoding the server lacks',
+      { headers: { 'grpc-encoding': 'snappy' }, chunks: [gzipFrame(REQUEST)] },
+      { grpcStatus: grpc.status.UNIMPLEMENTED },
+    ],
+    [
+      'a gzip message that inflates past the limit',
+      { headers: { 'grpc-encoding': 'gzip' }, chunks: [gzipFrame(Buffer.alloc(5000))] },
+      { grpcStatus: grpc.status.RESOURCE_EXHAUSTED },
+    ],
+    [
+      'an oversized length prefix: refused before the message is sent',
+      { chunks: [Buffer.from([0, 0, 0, 0x03, 0xe9])], end: false },
+      { grpcStatus: grpc.status.RESOURCE_EXHAUSTED, trailersOnly: true },
+    ],
+    [
+      'a malformed request: INVALID_ARGUMENT, trailers-only',
+      { chunks: [grpcFrame(Buffer.from([0x0a, 0x05, 0x61]))] },
+      { grpcStatus: grpc.status.INVALID_ARGUMENT, trailersOnly: true },
+    ],
     ['an unknown method', { path: '/no.Such/Method', chunks: [frame] }, { grpcStatus: grpc.status.UNIMPLEMENTED, trailersOnly: true }],
     ['an invalid grpc-timeout', { headers: { 'grpc-timeout': 'soon' }, chunks: [frame] }, { grpcStatus: grpc.status.INTERNAL, trailersOnly: true }],
-    ['not gRPC (content-type text/plain): HTTP 415', { headers: { 'content-type': 'text/plain' }, chunks: [frame] }, { httpStatus: 415, grpcStatus: undefined }],
+    [
+      'not gRPC (content-type text/plain): HTTP 415',
+      { headers: { 'content-type': 'text/plain' }, chunks: [frame] },
+      { httpStatus: 415, grpcStatus: undefined },
+    ],
   ];
   for (const [name, s, expected] of cases) {
     test(name, async () => {
@@ -162,94 +192,107 @@ async function until(condition: () => boolean): Promise<void> {
   while (!condition()) await new Promise((r) => setTimeout(r, 5));
 }
 
-for (const impl of OWN) describe(`deadlines, cancellation and drain on the ${impl} server`, () => {
-  test('grpc-timeout: the handler gets the deadline as grpc-js gives it, DEADLINE_EXCEEDED when it passes, nothing written after', async () => {
-    const app = await startApp({ configPaths: [CONFIG], grpcServerImpl: impl });
-    const { held, releaseAll } = holdDecisions(app);
-    const session = http2.connect(`http://127.0.0.1:${app.grpcPort}`);
-    const before = Date.now();
-    const answer = await send(session, { headers: { 'grpc-timeout': '50m' }, chunks: [grpcFrame(REQUEST)] });
-    const afterAnswer = Date.now();
-    assert.equal(held.length, 1);
-    assert.ok(held[0].deadlineAt! >= before + 50 && held[0].deadlineAt! <= afterAnswer, `deadlineAt ${held[0].deadlineAt} not in [${before + 50}, ${afterAnswer}]`);
-    assert.deepEqual(status(answer), { httpStatus: 200, grpcStatus: grpc.status.DEADLINE_EXCEEDED, grpcMessage: 'Deadline exceeded', trailersOnly: true, messages: 0 });
-    releaseAll();
-    // The late decision is dropped; the connection still serves.
-    const next = send(session, { headers: { 'grpc-timeout': '10S' }, chunks: [grpcFrame(REQUEST)] });
-    await until(() => held.length === 2);
-    held[1].release();
-    assert.deepEqual(status(await next), { httpStatus: 200, grpcStatus: 0, grpcMessage: 'OK', trailersOnly: false, messages: 1 });
-    session.close();
-    await app.stop();
-  });
+for (const impl of OWN)
+  describe(`deadlines, cancellation and drain on the ${impl} server`, () => {
+    test('grpc-timeout: the handler gets the deadline as grpc-js gives it, DEADLINE_EXCEEDED when it passes, nothing written after', async () => {
+      const app = await startApp({ configPaths: [CONFIG], grpcServerImpl: impl });
+      const { held, releaseAll } = holdDecisions(app);
+      const session = http2.connect(`http://127.0.0.1:${app.grpcPort}`);
+      const before = Date.now();
+      const answer = await send(session, { headers: { 'grpc-timeout': '50m' }, chunks: [grpcFrame(REQUEST)] });
+      const afterAnswer = Date.now();
+      assert.equal(held.length, 1);
+      assert.ok(
+        held[0].deadlineAt! >= before + 50 && held[0].deadlineAt! <= afterAnswer,
+        `deadlineAt ${held[0].deadlineAt} not in [${before + 50}, ${afterAnswer}]`,
+      );
+      assert.deepEqual(status(answer), {
+        httpStatus: 200,
+        grpcStatus: grpc.status.DEADLINE_EXCEEDED,
+        grpcMessage: 'Deadline exceeded',
+        trailersOnly: true,
+        messages: 0,
+      });
+      releaseAll();
+      // The late decision is dropped; the connection still serves.
+      const next = send(session, { headers: { 'grpc-timeout': '10S' }, chunks: [grpcFrame(REQUEST)] });
+      await until(() => held.length === 2);
+      held[1].release();
+      assert.deepEqual(status(await next), { httpStatus: 200, grpcStatus: 0, grpcMessage: 'OK', trailersOnly: false, messages: 1 });
+      session.close();
+      await app.stop();
+    });
 
-  test("a client RST_STREAM: a unary call's late answer is dropped and the connection serves on; a health Watch stops watching", async () => {
-    const app = await startApp({ configPaths: [CONFIG], grpcServerImpl: impl });
-    const { held } = holdDecisions(app);
-    const session = http2.connect(`http://127.0.0.1:${app.grpcPort}`);
-    const req = session.request({ ':method': 'POST', ':path': SHOULD_RATE_LIMIT, 'content-type': 'application/grpc', te: 'trailers' });
-    req.on('error', () => undefined);
-    req.end(grpcFrame(REQUEST));
-    await until(() => held.length === 1);
-    const closed = new Promise((r) => req.on('close', r));
-    req.close(http2.constants.NGHTTP2_CANCEL);
-    await closed;
-    held[0].release();
-    // Another call on the same connection is answered in full.
-    const ok = send(session, { chunks: [grpcFrame(REQUEST)] });
-    await until(() => held.length === 2);
-    held[1].release();
-    assert.equal((await ok).grpcStatus, 0);
+    test("a client RST_STREAM: a unary call's late answer is dropped and the connection serves on; a health Watch stops watching", async () => {
+      const app = await startApp({ configPaths: [CONFIG], grpcServerImpl: impl });
+      const { held } = holdDecisions(app);
+      const session = http2.connect(`http://127.0.0.1:${app.grpcPort}`);
+      const req = session.request({ ':method': 'POST', ':path': SHOULD_RATE_LIMIT, 'content-type': 'application/grpc', te: 'trailers' });
+      req.on('error', () => undefined);
+      req.end(grpcFrame(REQUEST));
+      await until(() => held.length === 1);
+      const closed = new Promise((r) => req.on('close', r));
+      req.close(http2.constants.NGHTTP2_CANCEL);
+      await closed;
+      held[0].release();
+      // Another call on the same connection is answered in full.
+      const ok = send(session, { chunks: [grpcFrame(REQUEST)] });
+      await until(() => held.length === 2);
+      held[1].release();
+      assert.equal((await ok).grpcStatus, 0);
 
-    const listeners = app.app.health.listenerCount('change');
-    const health = new HealthClient(`127.0.0.1:${app.grpcPort}`, grpc.credentials.createInsecure());
-    const watch = health.watch({ service: '' });
-    const first = await new Promise((resolve) => watch.once('data', resolve));
-    assert.deepEqual(first, { status: 1 });
-    assert.equal(app.app.health.listenerCount('change'), listeners + 1);
-    watch.on('error', () => undefined);
-    watch.cancel();
-    await until(() => app.app.health.listenerCount('change') === listeners);
-    health.close();
-    session.close();
-    await app.stop();
-  });
+      const listeners = app.app.health.listenerCount('change');
+      const health = new HealthClient(`127.0.0.1:${app.grpcPort}`, grpc.credentials.createInsecure());
+      const watch = health.watch({ service: '' });
+      const first = await new Promise((resolve) => watch.once('data', resolve));
+      assert.deepEqual(first, { status: 1 });
+      assert.equal(app.app.health.listenerCount('change'), listeners + 1);
+      watch.on('error', () => undefined);
+      watch.cancel();
+      await until(() => app.app.health.listenerCount('change') === listeners);
+      health.close();
+      session.close();
+      await app.stop();
+    });
 
-  test('drain: GOAWAY, the call in flight answered, the idle connection closed, no new streams', async () => {
-    const app = await startApp({ configPaths: [CONFIG], grpcServerImpl: impl });
-    const { held } = holdDecisions(app);
-    const busy = http2.connect(`http://127.0.0.1:${app.grpcPort}`);
-    const idle = http2.connect(`http://127.0.0.1:${app.grpcPort}`);
-    await new Promise((r) => idle.once('connect', r));
-    const goaways = [busy, idle].map((s) => new Promise((r) => s.once('goaway', r)));
-    const idleClosed = new Promise((r) => idle.once('close', r));
-    const inFlight = send(busy, { chunks: [grpcFrame(REQUEST)] });
-    await until(() => held.length === 1);
-    const stopped = app.app.stop();
-    await Promise.all(goaways);
-    assert.throws(() => idle.request({ ':path': SHOULD_RATE_LIMIT }), /GOAWAY|closed|destroyed/i);
-    held[0].release();
-    const answer = await inFlight;
-    assert.equal(answer.grpcStatus, 0);
-    assert.equal(RateLimitResponse.decode(answer.messages[0]).overallCode, Code.OK);
-    await stopped;
-    await idleClosed;
-    busy.close();
-    app.client.close();
-  });
+    test('drain: GOAWAY, the call in flight answered, the idle connection closed, no new streams', async () => {
+      const app = await startApp({ configPaths: [CONFIG], grpcServerImpl: impl });
+      const { held } = holdDecisions(app);
+      const busy = http2.connect(`http://127.0.0.1:${app.grpcPort}`);
+      const idle = http2.connect(`http://127.0.0.1:${app.grpcPort}`);
+      await new Promise((r) => idle.once('connect', r));
+      const goaways = [busy, idle].map((s) => new Promise((r) => s.once('goaway', r)));
+      const idleClosed = new Promise((r) => idle.once('close', r));
+      const inFlight = send(busy, { chunks: [grpcFrame(REQUEST)] });
+      await until(() => held.length === 1);
+      const stopped = app.app.stop();
+      await Promise.all(goaways);
+      assert.throws(() => idle.request({ ':path': SHOULD_RATE_LIMIT }), /GOAWAY|closed|destroyed/i);
+      held[0].release();
+      const answer = await inFlight;
+      assert.equal(answer.grpcStatus, 0);
+      assert.equal(RateLimitResponse.decode(answer.messages[0]).overallCode, Code.OK);
+      await stopped;
+      await idleClosed;
+      busy.close();
+      app.client.close();
+    });
 
-  test('keepalive: with grpc.keepalive_time_ms set the server pings every connection', async () => {
-    const server = new H2GrpcServer({ 'grpc.keepalive_time_ms': 20, 'grpc.keepalive_timeout_ms': 5000 }, { calls: 0 }, impl);
-    const port = await server.bind('127.0.0.1', 0);
-    const session = http2.connect(`http://127.0.0.1:${port}`);
-    let pings = 0;
-    session.on('ping', () => pings++);
-    await until(() => pings >= 2);
-    session.close();
-    await server.drain(1000, createLogger('silent'));
-  });
+    test('keepalive: with grpc.keepalive_time_ms set the server pings every connection', async () => {
+      const server = new H2GrpcServer({ 'grpc.keepalive_time_ms': 20, 'grpc.keepalive_timeout_ms': 5000 }, { calls: 0 }, impl);
+      const port = await server.bind('127.0.0.1', 0);
+      const session = http2.connect(`http://127.0.0.1:${port}`);
+      let pings = 0;
+      session.on('ping', () => pings++);
+      await until(() => pings >= 2);
+      session.close();
+      await server.drain(1000, createLogger('silent'));
+    });
 
-  test('a grpc-js option the http2 server does not implement is refused at start, by name', () => {
-    assert.throws(() => new H2GrpcServer({ 'grpc.max_connection_age_ms': 1000 }, { calls: 0 }, impl), new RegExp(`GRPC_SERVER_IMPL=${impl} does not implement the grpc-js server option\\(s\\) grpc.max_connection_age_ms`));
+    test('a grpc-js option the http2 server does not implement is refused at start, by name', () => {
+      assert.throws(
+        () => new H2GrpcServer({ 'grpc.max_connection_age_ms': 1000 }, { calls: 0 }, impl),
+        new RegExp(`GRPC_SERVER_IMPL=${impl} does not implement the grpc-js server option\\(s\\) grpc.max_connection_age_ms`),
+      );
+    });
   });
-});

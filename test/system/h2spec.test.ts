@@ -77,10 +77,15 @@ async function runH2spec(h2spec: string, grpcServerImpl: Settings['grpcServerImp
   try {
     const stdout = await new Promise<string>((resolve, reject) => {
       // h2spec exits 1 when a case fails; only a run without a report is an error here.
-      execFile(h2spec, ['-h', '127.0.0.1', '-p', String(app.grpcPort), '-j', report, '-o', String(TIMEOUT_SECONDS)], { timeout: 120_000, maxBuffer: 1 << 24 }, (err, out, stderr) => {
-        if (err && typeof err.code !== 'number') reject(new Error(`h2spec did not run: ${err.message}\n${stderr}`));
-        else resolve(out);
-      });
+      execFile(
+        h2spec,
+        ['-h', '127.0.0.1', '-p', String(app.grpcPort), '-j', report, '-o', String(TIMEOUT_SECONDS)],
+        { timeout: 120_000, maxBuffer: 1 << 24 },
+        (err, out, stderr) => {
+          if (err && typeof err.code !== 'number') reject(new Error(`h2spec did not run: ${err.message}\n${stderr}`));
+          else resolve(out);
+        },
+      );
     });
     const cases = parseJUnit(readFileSync(report, 'utf8'));
     const count = (outcome: Outcome) => cases.filter((c) => c.outcome === outcome).length;
@@ -125,7 +130,10 @@ test("h2spec: sluice's HTTP/2 fails only the listed cases, and passes at least a
     });
 
     await t.test(`at least minPassed (${expected.minPassed}) cases pass`, () => {
-      assert.ok(sluice.count('passed') >= expected.minPassed, `${sluice.count('passed')} passed, ${sluice.count('skipped')} skipped, below the floor ${expected.minPassed}`);
+      assert.ok(
+        sluice.count('passed') >= expected.minPassed,
+        `${sluice.count('passed')} passed, ${sluice.count('skipped')} skipped, below the floor ${expected.minPassed}`,
+      );
     });
 
     await t.test('at least as many pass as on node:http2', () => {

@@ -91,7 +91,18 @@ describe('graceful shutdown', () => {
     const redis = await startRedis();
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-term-'));
     fs.writeFileSync(path.join(dir, 'ops.yaml'), rules(1000));
-    const server = await spawnServer(['--config', dir, '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--store-deadline', '5s', '--fallback-policy', 'deny']);
+    const server = await spawnServer([
+      '--config',
+      dir,
+      '--store',
+      'redis',
+      '--redis-url',
+      `127.0.0.1:${redis.port}`,
+      '--store-deadline',
+      '5s',
+      '--fallback-policy',
+      'deny',
+    ]);
     // Ready as a whole (every worker of WORKERS=auto): a worker still starting when Redis freezes
     // would keep the set NOT_SERVING already, and the SIGTERM would change nothing to see.
     for (const until = Date.now() + 20_000; (await fetch(`http://127.0.0.1:${server.httpPort}/healthcheck`)).status !== 200; await sleep(20)) {
@@ -141,8 +152,17 @@ describe('TLS on the gRPC listener', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-tlscfg-'));
     fs.writeFileSync(path.join(dir, 'ops.yaml'), rules(10));
     const server = await spawnServer([
-      '--config', dir, '--grpc-tls', '--grpc-tls-cert', certs.file('server.crt'), '--grpc-tls-key', certs.file('server.key'),
-      '--grpc-tls-client-ca', certs.file('ca.crt'), '--tls-reload-interval', '200ms',
+      '--config',
+      dir,
+      '--grpc-tls',
+      '--grpc-tls-cert',
+      certs.file('server.crt'),
+      '--grpc-tls-key',
+      certs.file('server.key'),
+      '--grpc-tls-client-ca',
+      certs.file('ca.crt'),
+      '--tls-reload-interval',
+      '200ms',
     ]);
     const ca = fs.readFileSync(certs.file('ca.crt'));
     const mtls = grpc.credentials.createSsl(ca, fs.readFileSync(certs.file('client.key')), fs.readFileSync(certs.file('client.crt')));
@@ -173,7 +193,10 @@ describe('explain endpoint (admin port, localhost)', () => {
   test('shows the rule, key, counter state and decision, and consumes nothing', async () => {
     const server = await spawnServer(['--config', path.resolve(__dirname, '../../../examples/config')]);
     const client = new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure());
-    const body = JSON.stringify({ domain: 'edge', descriptors: [{ entries: [{ key: 'tenant', value: 'explained' }] }, { entries: [{ key: 'nothing', value: 'x' }] }] });
+    const body = JSON.stringify({
+      domain: 'edge',
+      descriptors: [{ entries: [{ key: 'tenant', value: 'explained' }] }, { entries: [{ key: 'nothing', value: 'x' }] }],
+    });
     const explain = async () => (await (await fetch(`http://127.0.0.1:${server.adminPort}/explain`, { method: 'POST', body })).json()) as any;
     try {
       for (let i = 0; i < 3; i++) await callRls(client, { domain: 'edge', descriptors: [d(['tenant', 'explained'])] });

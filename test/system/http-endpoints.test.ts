@@ -97,7 +97,7 @@ describe('POST /json while Redis cannot answer', () => {
   // The Redis client's own texts, which must not reach a client.
   const CLIENT_TEXT = /Stream isn't writeable|enableOfflineQueue|ECONNREFUSED|Connection is closed|store error/;
 
-  test('degraded answers give the reason in sluice\'s words; unknown numbers are left out', async () => {
+  test("degraded answers give the reason in sluice's words; unknown numbers are left out", async () => {
     for (const policy of ['local', 'allow'] as const) {
       const s = await startApp({ configPaths: [EXAMPLE], store: 'redis', redisUrl: `redis://127.0.0.1:${await freePort()}`, fallbackPolicy: policy });
       try {
@@ -126,14 +126,18 @@ describe('POST /json while Redis cannot answer', () => {
       assert.equal(res.status, 503);
       const json = (await res.json()) as { error: string; code: string };
       assert.equal(json.code, 'UNAVAILABLE');
-      assert.match(json.error, /^counter store unavailable \((Redis connection down|Redis did not answer within the deadline)[^)]*\)+; fallback policy is deny$/, json.error);
+      assert.match(
+        json.error,
+        /^counter store unavailable \((Redis connection down|Redis did not answer within the deadline)[^)]*\)+; fallback policy is deny$/,
+        json.error,
+      );
       assert.doesNotMatch(json.error, CLIENT_TEXT);
     } finally {
       await s.stop();
     }
   });
 
-  test('the reasons the store stages give, in sluice\'s words', () => {
+  test("the reasons the store stages give, in sluice's words", () => {
     const cases: [string, string | undefined, string][] = [
       ["store error: Stream isn't writeable and enableOfflineQueue options is false", undefined, 'Redis connection down'],
       ['store error: connect ECONNREFUSED 127.0.0.1:6380', undefined, 'Redis connection down'],
@@ -149,11 +153,7 @@ describe('POST /json while Redis cannot answer', () => {
       ['no time left before the caller deadline', undefined, "the caller's deadline left no time to ask Redis"],
       ['circuit breaker open', 'Redis unreachable', 'Redis connection down (circuit breaker open)'],
       ['circuit breaker open', 'circuit breaker open', 'Redis calls suspended after repeated failures (circuit breaker open)'],
-      [
-        'store error: Connection is closed.; write-back journal full',
-        undefined,
-        "Redis connection down; the fallback's write-back journal is full",
-      ],
+      ['store error: Connection is closed.; write-back journal full', undefined, "Redis connection down; the fallback's write-back journal is full"],
       ['Redis unreachable; fallback policy local', undefined, 'Redis unreachable; fallback policy local'],
     ];
     for (const [raw, storeNow, plain] of cases) assert.equal(plainDegradedReason(raw, storeNow), plain, raw);

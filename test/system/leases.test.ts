@@ -33,7 +33,19 @@ async function drive(rule: string, extraArgs: string[]): Promise<{ decisions: nu
   fs.writeFileSync(path.join(dir, 'hot.yaml'), CONFIG);
   const procs = await Promise.all(
     Array.from({ length: 4 }, () =>
-      spawnServer(['--config', dir, '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--store-deadline', '2s', '--fallback-policy', 'deny', ...extraArgs]),
+      spawnServer([
+        '--config',
+        dir,
+        '--store',
+        'redis',
+        '--redis-url',
+        `127.0.0.1:${redis.port}`,
+        '--store-deadline',
+        '2s',
+        '--fallback-policy',
+        'deny',
+        ...extraArgs,
+      ]),
     ),
   );
   for (const p of procs) await p.waitForLog((l) => l.event === 'redis_ready');

@@ -87,7 +87,11 @@ describe("over-limit cache statistics with upstream's semantics", () => {
       await s.stop();
     }
     const until = Date.now() + 5000;
-    const lines = () => packets.join('\n').split('\n').filter((l) => l !== '');
+    const lines = () =>
+      packets
+        .join('\n')
+        .split('\n')
+        .filter((l) => l !== '');
     while (!lines().some((l) => l.startsWith('ratelimit.localcache.')) && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
     const sent = lines();
     for (const expected of [

@@ -38,8 +38,17 @@ const requestArb: fc.Arbitrary<RateLimitRequest> = fc.record({
         }),
         { minLength: 1, maxLength: 4 },
       ),
-      limit: fc.option(fc.record({ requestsPerUnit: fc.oneof(fc.nat(100), fc.constant(0xffff_ffff)), unit: fc.oneof({ weight: 6, arbitrary: fc.integer({ min: 1, max: 7 }) }, { weight: 1, arbitrary: fc.integer({ min: 0, max: 9 }) }) }), { nil: undefined, freq: 4 }),
-      hitsAddend: fc.option(fc.oneof({ weight: 8, arbitrary: fc.nat(5) }, { weight: 1, arbitrary: fc.constantFrom(2 ** 32, Number.MAX_SAFE_INTEGER) }), { nil: undefined, freq: 3 }),
+      limit: fc.option(
+        fc.record({
+          requestsPerUnit: fc.oneof(fc.nat(100), fc.constant(0xffff_ffff)),
+          unit: fc.oneof({ weight: 6, arbitrary: fc.integer({ min: 1, max: 7 }) }, { weight: 1, arbitrary: fc.integer({ min: 0, max: 9 }) }),
+        }),
+        { nil: undefined, freq: 4 },
+      ),
+      hitsAddend: fc.option(fc.oneof({ weight: 8, arbitrary: fc.nat(5) }, { weight: 1, arbitrary: fc.constantFrom(2 ** 32, Number.MAX_SAFE_INTEGER) }), {
+        nil: undefined,
+        freq: 3,
+      }),
     }),
     { minLength: 1, maxLength: 5 },
   ),
@@ -88,8 +97,13 @@ const hostile: ((base: Buffer, n: number) => Buffer)[] = [
     return Buffer.concat([base, ld(2, inner)]);
   },
   // huge fields: many descriptors, many entries, a long value, a big message near and over 4 MiB
-  (base, n) => Buffer.concat([Buffer.from([0x0a, 4, ...Buffer.from('edge')]), ...Array.from({ length: 900 + (n % 400) }, (_, i) => ld(2, entry('tenant', `t${i}`)))]),
-  (base, n) => Buffer.concat([Buffer.from([0x0a, 4, ...Buffer.from('edge')]), ld(2, Buffer.concat(Array.from({ length: 40 + (n % 60) }, (_, i) => entry('tenant', `t${i}`))))]),
+  (base, n) =>
+    Buffer.concat([Buffer.from([0x0a, 4, ...Buffer.from('edge')]), ...Array.from({ length: 900 + (n % 400) }, (_, i) => ld(2, entry('tenant', `t${i}`)))]),
+  (base, n) =>
+    Buffer.concat([
+      Buffer.from([0x0a, 4, ...Buffer.from('edge')]),
+      ld(2, Buffer.concat(Array.from({ length: 40 + (n % 60) }, (_, i) => entry('tenant', `t${i}`)))),
+    ]),
   (base, n) => Buffer.concat([Buffer.from([0x0a, 4, ...Buffer.from('edge')]), ld(2, entry('tenant', 'v'.repeat(60_000 + (n % 10_000))))]),
   (base, n) => Buffer.concat([base, ld(1, Buffer.alloc(n % 2 === 0 ? 3_500_000 : 4_300_000, 0x61))]),
   // wrong wire types for known fields
@@ -107,7 +121,13 @@ type Mutation =
 
 const mutationArb: fc.Arbitrary<Mutation> = fc.oneof(
   { weight: 6, arbitrary: fc.constant({ k: 'none' as const }) },
-  { weight: 4, arbitrary: fc.record({ k: fc.constant('flip' as const), bits: fc.array(fc.record({ pos: fc.nat(), bit: fc.integer({ min: 0, max: 7 }) }), { minLength: 1, maxLength: 8 }) }) },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      k: fc.constant('flip' as const),
+      bits: fc.array(fc.record({ pos: fc.nat(), bit: fc.integer({ min: 0, max: 7 }) }), { minLength: 1, maxLength: 8 }),
+    }),
+  },
   { weight: 2, arbitrary: fc.record({ k: fc.constant('truncate' as const), at: fc.nat() }) },
   { weight: 2, arbitrary: fc.record({ k: fc.constant('splice' as const), other: requestArb, a: fc.nat(), b: fc.nat() }) },
   { weight: 2, arbitrary: fc.record({ k: fc.constant('insert' as const), at: fc.nat(), bytes: fc.uint8Array({ minLength: 1, maxLength: 12 }) }) },
@@ -155,7 +175,9 @@ const jsonRequestArb = fc.record(
       fc.array(
         fc.record(
           {
-            entries: maybe(fc.array(fc.record({ key: maybe(fc.constantFrom(...KEYS)), value: maybe(fc.constantFrom(...VALUES)) }), { minLength: 1, maxLength: 3 })),
+            entries: maybe(
+              fc.array(fc.record({ key: maybe(fc.constantFrom(...KEYS)), value: maybe(fc.constantFrom(...VALUES)) }), { minLength: 1, maxLength: 3 }),
+            ),
             limit: maybe(fc.record({ requests_per_unit: maybe(fc.nat(100)), unit: maybe(fc.constantFrom('SECOND', 'MINUTE', 'HOUR', 'DAY', 'UNKNOWN', 3)) })),
             hits_addend: maybe(fc.nat(5)),
           },
@@ -248,9 +270,11 @@ function tally(m: Map<string, number>, reason: string): void {
 
 async function pool<T>(items: T[], fn: (item: T) => Promise<void>): Promise<void> {
   let next = 0;
-  await Promise.all(Array.from({ length: IN_FLIGHT }, async () => {
-    while (next < items.length) await fn(items[next++]);
-  }));
+  await Promise.all(
+    Array.from({ length: IN_FLIGHT }, async () => {
+      while (next < items.length) await fn(items[next++]);
+    }),
+  );
 }
 
 const BIG = 256 * 1024;
@@ -261,7 +285,11 @@ function connect(server: ServerProcess): http2.ClientHttp2Session {
   return session;
 }
 
-const NORMAL: RateLimitRequest = { domain: 'edge', descriptors: [{ entries: [{ key: 'tenant', value: 'fuzz-end' }], limit: undefined, hitsAddend: undefined }], hitsAddend: 0 };
+const NORMAL: RateLimitRequest = {
+  domain: 'edge',
+  descriptors: [{ entries: [{ key: 'tenant', value: 'fuzz-end' }], limit: undefined, hitsAddend: undefined }],
+  hitsAddend: 0,
+};
 
 interface Target {
   name: string;
@@ -279,7 +307,13 @@ describe('fuzz: the server answers every malformed input deliberately and stays 
   after(() => stopAll());
 
   const targets: Target[] = [
-    { name: 'memory store', start: () => spawnServer(['--config', 'examples/config']), grpcErrors: [GRPC.INVALID_ARGUMENT, GRPC.RESOURCE_EXHAUSTED], httpErrors: [400], share: 1 },
+    {
+      name: 'memory store',
+      start: () => spawnServer(['--config', 'examples/config']),
+      grpcErrors: [GRPC.INVALID_ARGUMENT, GRPC.RESOURCE_EXHAUSTED],
+      httpErrors: [400],
+      share: 1,
+    },
     {
       name: 'redis store',
       start: () => spawnServer(['--config', 'examples/config', '--store', 'redis', '--redis-url', `127.0.0.1:${redisPort}`]),
@@ -329,13 +363,16 @@ describe('fuzz: the server answers every malformed input deliberately and stays 
           const problem = judgeGrpc(answer, input, target.grpcErrors);
           if (problem !== undefined) problems.push(`gRPC ${show(input)} → ${problem}`);
         };
-        await pool(grpcInputs.filter((b) => b.length <= BIG), async (input) => {
-          if (session.closed || session.destroyed) {
-            problems.push(`the server closed the HTTP/2 connection (before ${show(input)})`);
-            session = connect(server);
-          }
-          await send(input, session);
-        });
+        await pool(
+          grpcInputs.filter((b) => b.length <= BIG),
+          async (input) => {
+            if (session.closed || session.destroyed) {
+              problems.push(`the server closed the HTTP/2 connection (before ${show(input)})`);
+              session = connect(server);
+            }
+            await send(input, session);
+          },
+        );
         for (const input of big) {
           const own = connect(server);
           await send(input, own);
@@ -357,7 +394,9 @@ describe('fuzz: the server answers every malformed input deliberately and stays 
 
         assert.equal(server.child.exitCode, null, 'the server exited');
         const rssAfter = await rss(server);
-        t.diagnostic(`seed ${SEED}: ${grpcInputs.length} gRPC inputs (${big.length} over ${BIG} bytes; grpc-status counts ${JSON.stringify(grpcCodes)}), ${jsonInputs.length} JSON inputs (HTTP status counts ${JSON.stringify(httpCodes)}); RSS ${(rssBefore / 2 ** 20).toFixed(0)} → ${(rssAfter / 2 ** 20).toFixed(0)} MiB`);
+        t.diagnostic(
+          `seed ${SEED}: ${grpcInputs.length} gRPC inputs (${big.length} over ${BIG} bytes; grpc-status counts ${JSON.stringify(grpcCodes)}), ${jsonInputs.length} JSON inputs (HTTP status counts ${JSON.stringify(httpCodes)}); RSS ${(rssBefore / 2 ** 20).toFixed(0)} → ${(rssAfter / 2 ** 20).toFixed(0)} MiB`,
+        );
         const top = [...reasons].sort((a, b) => b[1] - a[1]).slice(0, 12);
         t.diagnostic(`most frequent answers: ${top.map(([r, n]) => `${n}× ${r.slice(0, 100)}`).join(' | ')}`);
         assert.ok(rssAfter - rssBefore < RSS_GROWTH_BOUND, `RSS grew by ${rssAfter - rssBefore} bytes`);
@@ -365,7 +404,11 @@ describe('fuzz: the server answers every malformed input deliberately and stays 
         // Still serves normal requests, over both transports.
         const end = await rawGrpcCall(session, encode(NORMAL));
         assert.equal(judgeGrpc(end, encode(NORMAL), []), undefined);
-        const json = await rawPost(server.httpPort, '/json', JSON.stringify({ domain: 'edge', descriptors: [{ entries: [{ key: 'tenant', value: 'fuzz-end' }] }] }));
+        const json = await rawPost(
+          server.httpPort,
+          '/json',
+          JSON.stringify({ domain: 'edge', descriptors: [{ entries: [{ key: 'tenant', value: 'fuzz-end' }] }] }),
+        );
         assert.equal(judgeJson(json, []), undefined);
         assert.equal(problems.length, 0, `${problems.length} bad answers, first ones:\n${problems.slice(0, 8).join('\n')}`);
       } finally {

@@ -69,7 +69,10 @@ describe('/metrics', () => {
       const samples = parseExposition(await (await s.http('/metrics')).text());
       const ours = samples.filter((x) => x.name.startsWith('sluice_') || x.name.startsWith('ratelimit_'));
       assert.ok(ours.length > 0);
-      assert.deepEqual(ours.filter((x) => x.labels.cluster !== 'eu-1' || x.labels.team_name !== 'edge').map((x) => x.name), []);
+      assert.deepEqual(
+        ours.filter((x) => x.labels.cluster !== 'eu-1' || x.labels.team_name !== 'edge').map((x) => x.name),
+        [],
+      );
       assert.equal(value(samples, 'ratelimit_service_config_load_error'), 1);
       assert.equal(value(samples, 'ratelimit_service_config_load_success'), 1);
     } finally {

@@ -114,7 +114,14 @@ async function oneRegion(rateLimit: string, delayMs: number, settings: Overrides
   const link = await startDelayProxy({ targetPort: global.port, delayMs });
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-one-'));
   fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: ${rateLimit}\n`);
-  const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${link.port}`, ...settings });
+  const app = await startApp({
+    configPaths: [dir],
+    store: 'redis',
+    redisUrl: `127.0.0.1:${regional.port}`,
+    region: 'a',
+    globalRedisUrl: `127.0.0.1:${link.port}`,
+    ...settings,
+  });
   return {
     global,
     // '+' admitted, '-' denied.
@@ -148,7 +155,8 @@ describe('multi-region', () => {
     await awayFromWindowEdge(windowMs, 2000);
     const start = Date.now();
     const [steadyFrom, steadyTo] = [Math.ceil(start / windowMs) * windowMs, Math.floor((start + durationMs) / windowMs) * windowMs];
-    const callsAt = (at: number) => new Promise<number>((resolve, reject) => setTimeout(() => scriptCalls(deployment.global!).then(resolve, reject), at - Date.now()));
+    const callsAt = (at: number) =>
+      new Promise<number>((resolve, reject) => setTimeout(() => scriptCalls(deployment.global!).then(resolve, reject), at - Date.now()));
     const [calls0, calls1] = [callsAt(steadyFrom), callsAt(steadyTo)];
     const r = await drive({ deployment, durationMs, ratePerSecond: (region) => OFFERED * (region === 'a' ? 0.7 : 0.3), request });
     const calls = (await calls1) - (await calls0);
@@ -217,7 +225,14 @@ describe('multi-region', () => {
         ]),
       )
       .join('\n');
-    dep = await startRegions({ regions: [{ name: 'a', replicas: 2 }, { name: 'b', replicas: 2 }], configYaml: yaml, delayMs: DELAY_MS });
+    dep = await startRegions({
+      regions: [
+        { name: 'a', replicas: 2 },
+        { name: 'b', replicas: 2 },
+      ],
+      configYaml: yaml,
+      delayMs: DELAY_MS,
+    });
     const r = await drive({
       deployment: dep,
       durationMs: 3 * WINDOW_S * 1000,
@@ -243,32 +258,46 @@ describe('multi-region', () => {
     setTimeout(() => deployment.region('b').proxy!.restore(), cut.to * 1000).unref();
     // Health during the cut: both regions serve; b says it is cut off.
     const health = new Promise<string[]>((resolve) =>
-      setTimeout(async () => {
-        const texts = [];
-        for (const name of ['a', 'b']) {
-          const res = await deployment.region(name).apps[0].http('/healthcheck');
-          texts.push(`${res.status} ${await res.text()}`);
-        }
-        resolve(texts);
-      }, (cut.to - 1) * 1000).unref(),
+      setTimeout(
+        async () => {
+          const texts = [];
+          for (const name of ['a', 'b']) {
+            const res = await deployment.region(name).apps[0].http('/healthcheck');
+            texts.push(`${res.status} ${await res.text()}`);
+          }
+          resolve(texts);
+        },
+        (cut.to - 1) * 1000,
+      ).unref(),
     );
     const r = await drive({ deployment, durationMs: 26_000, ratePerSecond: (region) => OFFERED * (region === 'a' ? 0.7 : 0.3), request });
     assert.equal(r.totals.errors, 0, JSON.stringify(r.totals.errorCodes));
     const [healthA, healthB] = await health;
     assert.equal(healthA, '200 OK');
-    assert.match(healthB, /^200 OK \(degraded: global Redis unreachable from region b: answering from the region's allowances, then by the partition policy \(denied\)\)$/);
+    assert.match(
+      healthB,
+      /^200 OK \(degraded: global Redis unreachable from region b: answering from the region's allowances, then by the partition policy \(denied\)\)$/,
+    );
     for (const [w, n] of perWindow(r)) assert.ok(n.a + n.b <= LIMIT, `window ${w}: ${n.a} + ${n.b} admitted`);
     // Cut off, b answered from its allowance, then denied, saying so (degraded): only b, only
     // denials, only from the cut until a probe finds the link again.
     const degraded = r.samples.filter((s) => s.degraded);
     const misplaced = degraded.filter((s) => s.region !== 'b' || s.admitted || s.sentAtMs < cut.from * 1000 || s.sentAtMs > (cut.to + 4) * 1000);
-    assert.deepEqual(misplaced.map((s) => `${s.region}@${Math.round(s.sentAtMs)}ms ${s.admitted ? 'OK' : 'OVER_LIMIT'}`), []);
+    assert.deepEqual(
+      misplaced.map((s) => `${s.region}@${Math.round(s.sentAtMs)}ms ${s.admitted ? 'OK' : 'OVER_LIMIT'}`),
+      [],
+    );
     assert.ok(degraded.length > 0, 'no denial said that b was cut off');
-    const late = inSeconds(r, 'b', cut.from + 4, cut.to).filter((s) => s.admitted).map((s) => Math.round(s.sentAtMs));
+    const late = inSeconds(r, 'b', cut.from + 4, cut.to)
+      .filter((s) => s.admitted)
+      .map((s) => Math.round(s.sentAtMs));
     assert.equal(late.length, 0, `b admitted with no allowance while cut off, at ${late.join(', ')} ms`);
     // Back: b is served again from the global budget.
     const back = inSeconds(r, 'b', cut.to + 5, 26);
-    assert.ok(back.some((s) => s.admitted), `b never admitted in ${back.length} requests after the link came back`);
+    assert.ok(
+      back.some((s) => s.admitted),
+      `b never admitted in ${back.length} requests after the link came back`,
+    );
     assert.equal(await metricSum(deployment, 'b', /^sluice_region_global_reachable/), 2);
   });
 
@@ -289,7 +318,10 @@ describe('multi-region', () => {
     const degraded = r.samples.filter((s) => s.degraded);
     assert.ok(overshoot > 0, 'b admitted nothing on its own while cut off');
     assert.equal(degraded.filter((s) => s.admitted).length, overshoot, 'every admission of its own is marked degraded');
-    assert.ok(degraded.every((s) => s.region === 'b'), 'region a answered degraded');
+    assert.ok(
+      degraded.every((s) => s.region === 'b'),
+      'region a answered degraded',
+    );
     // b decides on its own from when its allowance ran dry until the link is found again
     // (a probe at most ~2.5 s after it returned): at the share of the rate, from an empty bucket.
     const partitionS = cut.to - cut.from + 3;
@@ -299,7 +331,7 @@ describe('multi-region', () => {
     assert.equal(inSeconds(r, 'b', cut.to + 4, 24).filter((s) => s.degraded).length, 0, 'b still degraded after the link returned');
   });
 
-  test('on Redis Cluster, regional and global: allowance, lock and demand keys stay in their counter\'s slot', async () => {
+  test("on Redis Cluster, regional and global: allowance, lock and demand keys stay in their counter's slot", async () => {
     const [regional, global] = [await startCluster({ replicasPerPrimary: 0 }), await startCluster({ replicasPerPrimary: 0 })];
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-cluster-'));
     fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: ${LIMIT} }\n`);
@@ -329,7 +361,9 @@ describe('multi-region', () => {
         if (round > 0) await new Promise((r) => setTimeout(r, 300));
         const answers = await Promise.all(
           tenants.map(async (t) => {
-            const calls = await Promise.all(Array.from({ length: 2 * 10 }, (_, i) => apps[i % 2].call({ domain: 'mr', descriptors: [d(['tenant', t])], hitsAddend: LIMIT / 10 })));
+            const calls = await Promise.all(
+              Array.from({ length: 2 * 10 }, (_, i) => apps[i % 2].call({ domain: 'mr', descriptors: [d(['tenant', t])], hitsAddend: LIMIT / 10 })),
+            );
             admitted.set(t, admitted.get(t)! + calls.filter((a) => a.overallCode === 1).length);
             return calls;
           }),
@@ -350,7 +384,15 @@ describe('multi-region', () => {
     fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: ${LIMIT} }\n`);
     // Without replica leases: this checks the regional Redis' and the fallback's accounting unit by
     // unit, which units held in a replica's lease would blur (the back-to-back and hot-key tests run with them).
-    const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${global.port}`, breakerCooldownMs: 200, replicaLeaseHorizonMs: 0 });
+    const app = await startApp({
+      configPaths: [dir],
+      store: 'redis',
+      redisUrl: `127.0.0.1:${regional.port}`,
+      region: 'a',
+      globalRedisUrl: `127.0.0.1:${global.port}`,
+      breakerCooldownMs: 200,
+      replicaLeaseHorizonMs: 0,
+    });
     try {
       await waitReady(app, 20_000);
       await awayFromWindowEdge(3_600_000, 30_000);
@@ -494,7 +536,17 @@ describe('multi-region', () => {
     try {
       for (let i = 0; i < 2; i++) {
         // Every key is hot at once: each replica serves from a lease of 10% of the limit.
-        apps.push(await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'a', globalRedisUrl: `127.0.0.1:${global.port}`, leaseAutoThreshold: 1, leaseAutoShare: 0.1 }));
+        apps.push(
+          await startApp({
+            configPaths: [dir],
+            store: 'redis',
+            redisUrl: `127.0.0.1:${regional.port}`,
+            region: 'a',
+            globalRedisUrl: `127.0.0.1:${global.port}`,
+            leaseAutoThreshold: 1,
+            leaseAutoShare: 0.1,
+          }),
+        );
       }
       for (const app of apps) await waitReady(app, 20_000);
       await awayFromWindowEdge(3_600_000, 30_000);
@@ -524,11 +576,24 @@ describe('multi-region', () => {
     const link = await startDelayProxy({ targetPort: global.port, delayMs: 0 });
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-debt-'));
     // 10 an hour: nothing refills within the test, so the bucket's level is the bookkeeping.
-    fs.writeFileSync(path.join(dir, 'config.yaml'), 'domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: 10, algorithm: token_bucket, burst: 10 }\n');
+    fs.writeFileSync(
+      path.join(dir, 'config.yaml'),
+      'domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: 10, algorithm: token_bucket, burst: 10 }\n',
+    );
     // Leases of about one unit: the region runs dry with budget left in the global bucket.
     // Without replica leases: this checks the regional Redis' and the fallback's accounting unit by
     // unit, which units held in a replica's lease would blur (the back-to-back and hot-key tests run with them).
-    const app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${regional.port}`, region: 'b', globalRedisUrl: `127.0.0.1:${link.port}`, globalPartitionPolicy: 'allow', globalTimeoutMs: 300, globalLeaseHorizonMs: 50, replicaLeaseHorizonMs: 0 });
+    const app = await startApp({
+      configPaths: [dir],
+      store: 'redis',
+      redisUrl: `127.0.0.1:${regional.port}`,
+      region: 'b',
+      globalRedisUrl: `127.0.0.1:${link.port}`,
+      globalPartitionPolicy: 'allow',
+      globalTimeoutMs: 300,
+      globalLeaseHorizonMs: 50,
+      replicaLeaseHorizonMs: 0,
+    });
     try {
       await waitReady(app, 20_000);
       const call = () => callWithDeadline(app, { domain: 'mr', descriptors: [d(['tenant', 't1'])] }, 2000);
@@ -543,7 +608,9 @@ describe('multi-region', () => {
       }
       assert.equal(before, 6);
       const metric = async (event: string) => {
-        const line = (await (await app.http('/metrics')).text()).split('\n').find((l) => l.startsWith(`sluice_region_units_total{region="b",event="${event}"}`));
+        const line = (await (await app.http('/metrics')).text())
+          .split('\n')
+          .find((l) => l.startsWith(`sluice_region_units_total{region="b",event="${event}"}`));
         return Number(line?.split(' ').pop() ?? 0);
       };
       link.cut();

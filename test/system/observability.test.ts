@@ -66,7 +66,8 @@ function selectedMetrics(expr: string): string[] {
 
 function assertKnown(exprs: string[], known: Set<string>, where: string): void {
   for (const expr of exprs) {
-    for (const name of selectedMetrics(expr)) assert.ok(known.has(name), `${where}: ${name} (in ${expr}) is neither exported by sluice (src/telemetry/metrics.ts) nor recorded by rules.yml`);
+    for (const name of selectedMetrics(expr))
+      assert.ok(known.has(name), `${where}: ${name} (in ${expr}) is neither exported by sluice (src/telemetry/metrics.ts) nor recorded by rules.yml`);
   }
 }
 
@@ -85,12 +86,20 @@ describe('deploy/observability/rules.yml', () => {
 
   test('every alert is tested firing and quiet; every recording rule is tested or feeds a tested alert', () => {
     const cases = ruleTests().tests.flatMap((t: Yaml) => t.alert_rule_test ?? []);
-    const exprTests = ruleTests().tests.flatMap((t: Yaml) => t.promql_expr_test ?? []).map((t: Yaml) => t.expr);
+    const exprTests = ruleTests()
+      .tests.flatMap((t: Yaml) => t.promql_expr_test ?? [])
+      .map((t: Yaml) => t.expr);
     const alerts = allRules().filter((r: Yaml) => r.alert);
     for (const a of alerts) {
       const mine = cases.filter((c: Yaml) => c.alertname === a.alert);
-      assert.ok(mine.some((c: Yaml) => c.exp_alerts.length > 0), `${a.alert} is tested firing`);
-      assert.ok(mine.some((c: Yaml) => c.exp_alerts.length === 0), `${a.alert} is tested quiet`);
+      assert.ok(
+        mine.some((c: Yaml) => c.exp_alerts.length > 0),
+        `${a.alert} is tested firing`,
+      );
+      assert.ok(
+        mine.some((c: Yaml) => c.exp_alerts.length === 0),
+        `${a.alert} is tested quiet`,
+      );
     }
     for (const r of allRules().filter((x: Yaml) => x.record)) {
       const used = allRules().some((x: Yaml) => x !== r && selectedMetrics(x.expr).includes(r.record));
@@ -120,12 +129,22 @@ describe('deploy/observability/rules.yml', () => {
 
   test('rules and their test series name only what sluice exports or rules.yml records', async () => {
     const exported = await exportedNames();
-    const recorded = allRules().filter((r: Yaml) => r.record).map((r: Yaml) => r.record as string);
+    const recorded = allRules()
+      .filter((r: Yaml) => r.record)
+      .map((r: Yaml) => r.record as string);
     const known = new Set([...exported, ...recorded]);
-    assertKnown(allRules().map((r: Yaml) => r.expr), known, 'rules.yml');
+    assertKnown(
+      allRules().map((r: Yaml) => r.expr),
+      known,
+      'rules.yml',
+    );
     const series = ruleTests().tests.flatMap((t: Yaml) => t.input_series.map((s: Yaml) => s.series as string));
     for (const s of series) assert.ok(exported.has(s.split('{')[0]), `rules.test.yml input ${s} is a series sluice exports`);
-    assertKnown(ruleTests().tests.flatMap((t: Yaml) => (t.promql_expr_test ?? []).map((e: Yaml) => e.expr)), known, 'rules.test.yml');
+    assertKnown(
+      ruleTests().tests.flatMap((t: Yaml) => (t.promql_expr_test ?? []).map((e: Yaml) => e.expr)),
+      known,
+      'rules.test.yml',
+    );
   });
 
   test('a misspelt metric is caught', async () => {
@@ -144,7 +163,11 @@ describe('deploy/observability/grafana-dashboard.json', () => {
   test('shows decisions by code, over-limit rules, store latency, degraded answers, breaker state and config reloads', () => {
     const panels = committed().panels;
     const exprs = (title: RegExp) => panels.filter((p: Yaml) => title.test(p.title)).flatMap((p: Yaml) => p.targets.map((t: Yaml) => t.expr as string));
-    const uses = (title: RegExp, metric: string) => assert.ok(exprs(title).some((e: string) => selectedMetrics(e).includes(metric)), `${title} shows ${metric}`);
+    const uses = (title: RegExp, metric: string) =>
+      assert.ok(
+        exprs(title).some((e: string) => selectedMetrics(e).includes(metric)),
+        `${title} shows ${metric}`,
+      );
     uses(/^Decisions by code/, 'sluice_requests_total');
     uses(/over-limit rules/i, 'ratelimit_service_rate_limit_over_limit');
     uses(/^Redis latency/, 'sluice_store_duration_seconds_bucket');
@@ -172,7 +195,11 @@ describe('deploy/observability/grafana-dashboard.json', () => {
     for (const p of dashboard.panels) {
       assert.deepEqual(p.datasource, { type: 'prometheus', uid: '${datasource}' }, p.title);
       assert.ok(p.targets.length > 0, p.title);
-      assertKnown(p.targets.map((t: Yaml) => t.expr), exported, `panel ${p.title}`);
+      assertKnown(
+        p.targets.map((t: Yaml) => t.expr),
+        exported,
+        `panel ${p.title}`,
+      );
       for (const t of p.targets) assert.match(t.expr, /\{job=~"\$job"\}/, `${p.title}: filtered by the job variable`);
     }
     for (const v of dashboard.templating.list.filter((x: Yaml) => x.type === 'query')) {

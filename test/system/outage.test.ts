@@ -5,7 +5,12 @@ import path from 'node:path';
 import { after, describe, test, type TestContext } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { ALGORITHM_IMPLS, type LimitSpec, type State } from '../../src/algorithms';
-import { type RateLimitRequest, type RateLimitResponse, RateLimitResponse_Code as Code, RateLimitServiceClient } from '../../src/gen/envoy/service/ratelimit/v3/rls';
+import {
+  type RateLimitRequest,
+  type RateLimitResponse,
+  RateLimitResponse_Code as Code,
+  RateLimitServiceClient,
+} from '../../src/gen/envoy/service/ratelimit/v3/rls';
 import { metricSum, waitReady } from '../../bench/fleet';
 import { d } from '../support/app';
 import { type ServerProcess, spawnServer } from '../support/process';
@@ -206,16 +211,23 @@ function assertScenario(t: TestContext, fault: Fault, answers: Answer[], w0: num
     const degraded1 = count(next, (a) => a.degraded);
     const faultFrom = w0 + OUTAGE_AT_MS;
     const faultTo = faultFrom + OUTAGE_MS;
-    const phases = [count(outage, (a) => a.ok && a.sentAt < faultFrom), count(outage, (a) => a.ok && a.sentAt >= faultFrom && a.sentAt < faultTo), count(outage, (a) => a.ok && a.sentAt >= faultTo)];
+    const phases = [
+      count(outage, (a) => a.ok && a.sentAt < faultFrom),
+      count(outage, (a) => a.ok && a.sentAt >= faultFrom && a.sentAt < faultTo),
+      count(outage, (a) => a.ok && a.sentAt >= faultTo),
+    ];
     let line =
       `${fault} ${algorithm}: outage window ${outage.length} arrivals, ${admitted0} admitted (before/during/after the fault ${phases.join('/')}), ${degraded0} degraded; ` +
       `next window ${next.length} arrivals, ${admitted1} admitted, ${degraded1} degraded`;
     const label = `${fault} ${algorithm}`;
 
-    if (count(outage, (a) => a.degraded && a.sentAt >= faultFrom && a.sentAt < faultTo) === 0) problems.push(`${label}: no degraded answer while Redis was down — did the outage happen?`);
+    if (count(outage, (a) => a.degraded && a.sentAt >= faultFrom && a.sentAt < faultTo) === 0)
+      problems.push(`${label}: no degraded answer while Redis was down — did the outage happen?`);
     if (degraded1 > 0) {
       const first = next.find((a) => a.degraded)!;
-      problems.push(`${label}: ${degraded1} degraded answers in the next window, first at W1${fmtOffset(first.sentAt - w1)} from replica ${first.replica}: ${first.reason}`);
+      problems.push(
+        `${label}: ${degraded1} degraded answers in the next window, first at W1${fmtOffset(first.sentAt - w1)} from replica ${first.replica}: ${first.reason}`,
+      );
     }
     if (next.length < LIMIT) problems.push(`${label}: only ${next.length} arrivals in the next window`);
 
@@ -230,10 +242,21 @@ function assertScenario(t: TestContext, fault: Fault, answers: Answer[], w0: num
       // each request between its send and its answer, and a later arrival never admits less (the
       // old window only decays), so the exact count lies between the two runs below.
       const initial: State = [w0, admitted0, 0];
-      const lo = ideal(algorithm, next.map((a) => ({ at: a.sentAt, hits: 1 })), initial).length;
-      const hi = ideal(algorithm, next.map((a) => ({ at: a.answeredAt, hits: 1 })), initial).length;
+      const lo = ideal(
+        algorithm,
+        next.map((a) => ({ at: a.sentAt, hits: 1 })),
+        initial,
+      ).length;
+      const hi = ideal(
+        algorithm,
+        next.map((a) => ({ at: a.answeredAt, hits: 1 })),
+        initial,
+      ).length;
       line += `; exact next window ${lo}..${hi}`;
-      if (admitted1 < lo || admitted1 > hi) problems.push(`${label}: ${admitted1} admitted in the next window, an exact sliding window admits ${lo}..${hi} after ${admitted0} in the outage window`);
+      if (admitted1 < lo || admitted1 > hi)
+        problems.push(
+          `${label}: ${admitted1} admitted in the next window, an exact sliding window admits ${lo}..${hi} after ${admitted0} in the outage window`,
+        );
     } else {
       // A bucket has no windows: the right count for a 30 s stretch depends on what arrived
       // before. The reference is the algorithm itself run over the same arrivals (client send

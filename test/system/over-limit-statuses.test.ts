@@ -98,7 +98,11 @@ async function run(redis: RedisNode, settings: Partial<Settings>, expectKey2: (i
       assert.equal(r.dynamicMetadata?.unknownRemaining, undefined, `request ${i}: every number known`);
       // RateLimit-* describe the descriptor over its limit, else the one with the least remaining.
       const shown = over ? { limit: '10', remaining: '0', reset: String(hour) } : { limit: '10', remaining: String(9 - i), reset: String(hour) };
-      assert.deepEqual({ limit: header(r, 'RateLimit-Limit'), remaining: header(r, 'RateLimit-Remaining'), reset: header(r, 'RateLimit-Reset') }, shown, `request ${i}: headers`);
+      assert.deepEqual(
+        { limit: header(r, 'RateLimit-Limit'), remaining: header(r, 'RateLimit-Remaining'), reset: header(r, 'RateLimit-Reset') },
+        shown,
+        `request ${i}: headers`,
+      );
       assert.equal(header(r, 'Retry-After'), settings.retryAfterEnabled === false || !over ? undefined : String(hour), `request ${i}: Retry-After`);
     }
     // Requests 11..14 found key3 in the cache: its per-rule and lookup series say so; each still

@@ -61,7 +61,10 @@ const nested = { domain: 'pl', descriptors: [d(['a', '1'], ['b', '2'], ['c', '3'
 async function decide(call: (r: typeof kv) => Promise<{ overallCode: RateLimitResponse_Code }>): Promise<void> {
   const codes = [];
   for (let i = 0; i < 5; i++) codes.push((await call(kv)).overallCode);
-  assert.deepEqual(codes, [1, 1, 1, 2, 2].map((c) => c as RateLimitResponse_Code));
+  assert.deepEqual(
+    codes,
+    [1, 1, 1, 2, 2].map((c) => c as RateLimitResponse_Code),
+  );
   for (let i = 0; i < 2; i++) assert.equal((await call(nested)).overallCode, RateLimitResponse_Code.OK);
 }
 
@@ -125,19 +128,26 @@ mappings:
     name: dropped
 `;
     const mapperFile = path.join(tempDir({ 'mapper.yaml': mapper }), 'mapper.yaml');
-    const server = await spawnServer(['--config', tempDir({ 'c.yaml': CONFIG })], { USE_PROMETHEUS: 'true', PROMETHEUS_ADDR: `:${port}`, PROMETHEUS_MAPPER_YAML: mapperFile });
+    const server = await spawnServer(['--config', tempDir({ 'c.yaml': CONFIG })], {
+      USE_PROMETHEUS: 'true',
+      PROMETHEUS_ADDR: `:${port}`,
+      PROMETHEUS_MAPPER_YAML: mapperFile,
+    });
     const client = new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure());
     try {
       assert.equal((await server.waitForLog((l) => l.event === 'prometheus_listening')).port, port);
       await decide((r) => callRls(client, r));
       const series = await scrape(port);
       const upstream = [...series.keys()].filter((k) => !/^(sluice_|process_|nodejs_)/.test(k));
-      assert.deepEqual(upstream.filter((k) => !k.startsWith('edge_latency_ms_bucket')), [
-        'edge_hits_total{domain="pl",team="edge",tenant="k"}',
-        'edge_over_limit{domain="pl",key="k"}',
-        'edge_latency_ms_sum{method="ShouldRateLimit"}',
-        'edge_latency_ms_count{method="ShouldRateLimit"}',
-      ]);
+      assert.deepEqual(
+        upstream.filter((k) => !k.startsWith('edge_latency_ms_bucket')),
+        [
+          'edge_hits_total{domain="pl",team="edge",tenant="k"}',
+          'edge_over_limit{domain="pl",key="k"}',
+          'edge_latency_ms_sum{method="ShouldRateLimit"}',
+          'edge_latency_ms_count{method="ShouldRateLimit"}',
+        ],
+      );
       assert.equal(series.get('edge_hits_total{domain="pl",team="edge",tenant="k"}'), 5);
       assert.equal(series.get('edge_over_limit{domain="pl",key="k"}'), 2);
       // No scale: the timer in milliseconds, as statsd_exporter would keep it.
@@ -156,7 +166,13 @@ mappings:
   test('unmatched statsd names keep their own name, escaped as statsd_exporter does; PROMETHEUS_PATH', async () => {
     const port = await freePort();
     const mapperFile = path.join(tempDir({ 'm.yaml': 'mappings:\n  - match: ratelimit.service.config_load_success\n    name: loads_ok\n' }), 'm.yaml');
-    const s = await startApp({ configPaths: [tempDir({ 'c.yaml': CONFIG })], prometheusEnabled: true, prometheusAddr: `127.0.0.1:${port}`, prometheusPath: '/stats/prometheus', prometheusMapperYaml: mapperFile });
+    const s = await startApp({
+      configPaths: [tempDir({ 'c.yaml': CONFIG })],
+      prometheusEnabled: true,
+      prometheusAddr: `127.0.0.1:${port}`,
+      prometheusPath: '/stats/prometheus',
+      prometheusMapperYaml: mapperFile,
+    });
     try {
       await decide(s.call);
       const series = await scrape(port, '/stats/prometheus');
@@ -175,7 +191,11 @@ mappings:
   const refusals: [string, string, RegExp][] = [
     ['ttl', 'mappings:\n  - match: a.b\n    name: x\n    ttl: 1m\n', /mappings\[0\]\.ttl: not applied by sluice/],
     ['unknown key', 'mappings:\n  - match: a.b\n    name: x\n  - match: a.c\n    nmae: y\n', /mappings\[1\]\.nmae: unknown key/],
-    ['regex flags', 'mappings:\n  - match: "(?i)ratelimit"\n    match_type: regex\n    name: x\n', /mappings\[0\]: match '\(\?i\)ratelimit' \(match_type: regex\): '\(\?i\)/],
+    [
+      'regex flags',
+      'mappings:\n  - match: "(?i)ratelimit"\n    match_type: regex\n    name: x\n',
+      /mappings\[0\]: match '\(\?i\)ratelimit' \(match_type: regex\): '\(\?i\)/,
+    ],
     ['buckets', 'defaults:\n  histogram_options: { buckets: [1, 2] }\nmappings: []\n', /defaults\.histogram_options: not applied by sluice/],
     ['bad glob', 'mappings:\n  - match: "a.b*"\n    name: x\n', /mappings\[0\]: match 'a\.b\*' is not a glob/],
     ['bad YAML', 'mappings:\n  - match: [a\n', /line \d+/],
@@ -183,7 +203,11 @@ mappings:
   for (const [what, text, message] of refusals) {
     test(`a mapping file sluice cannot apply refuses the start, naming the file and place: ${what}`, async () => {
       const file = path.join(tempDir({ 'bad.yaml': text }), 'bad.yaml');
-      const run = await runCli(['serve', '--config', tempDir({ 'c.yaml': CONFIG }), '--grpc-port', '0', '--http-port', '0', '--admin-port', '0'], { USE_PROMETHEUS: 'true', PROMETHEUS_ADDR: '127.0.0.1:0', PROMETHEUS_MAPPER_YAML: file });
+      const run = await runCli(['serve', '--config', tempDir({ 'c.yaml': CONFIG }), '--grpc-port', '0', '--http-port', '0', '--admin-port', '0'], {
+        USE_PROMETHEUS: 'true',
+        PROMETHEUS_ADDR: '127.0.0.1:0',
+        PROMETHEUS_MAPPER_YAML: file,
+      });
       assert.equal(run.code, 2, run.stderr);
       assert.ok(run.stderr.includes(`PROMETHEUS_MAPPER_YAML ${file}: `), run.stderr);
       assert.match(run.stderr, message);

@@ -40,7 +40,22 @@ function recoveryOn(node: RedisNode) {
   const journal = new Journal(redis, clock, events);
   const local = new MemoryStore({ clock: storeClock, maxKeys: 1_000 });
   const late = new LateCalls();
-  const recovery = new Recovery({ redis, clock, stalledMs: STALLED_MS, replicaId, replicaTtlMs: 10_000, epoch, storeClock, own, lastKnown, journal, local, late, replicas, events });
+  const recovery = new Recovery({
+    redis,
+    clock,
+    stalledMs: STALLED_MS,
+    replicaId,
+    replicaTtlMs: 10_000,
+    epoch,
+    storeClock,
+    own,
+    lastKnown,
+    journal,
+    local,
+    late,
+    replicas,
+    events,
+  });
   const breaker = new CircuitBreaker({ clock, windowMs: 10_000, minCalls: 1_000, failureRatio: 1, cooldownMs: COOLDOWN_MS, recover: () => recovery.run() });
   recovery.reportTo(breaker);
   const close = async () => {

@@ -15,7 +15,34 @@ import { redisUrlParts, validateRedisUrl } from '../../src/store/redis/connectio
 
 const SEED = Number(process.env.SLUICE_FC_SEED ?? 20_261_203);
 const MARKERS = ['Kx9Q', 'Zw7J', 'Pv3M'];
-const FRAGMENTS = ['@', ':', '%', '/', '#', '?', ',', '//', '@@', '%40', '%2', '%zz', '%41', 'é', '密码', '🔑', ' ', '"', "'", '\\', '[', ']', 'a', '1', ':6379', '@127.0.0.1'];
+const FRAGMENTS = [
+  '@',
+  ':',
+  '%',
+  '/',
+  '#',
+  '?',
+  ',',
+  '//',
+  '@@',
+  '%40',
+  '%2',
+  '%zz',
+  '%41',
+  'é',
+  '密码',
+  '🔑',
+  ' ',
+  '"',
+  "'",
+  '\\',
+  '[',
+  ']',
+  'a',
+  '1',
+  ':6379',
+  '@127.0.0.1',
+];
 const fragments = fc.array(fc.constantFrom(...FRAGMENTS), { maxLength: 6 });
 const password = fc.tuple(fragments, fc.constantFrom(...MARKERS), fragments).map(([a, m, b]) => [...a, m, ...b].join(''));
 
@@ -35,7 +62,11 @@ const valid = (pw: string): NodeJS.ProcessEnv[] => [
   { REDIS_TYPE: 'cluster', REDIS_URL: HOST, REDIS_AUTH: pw },
   { REDIS_URL: HOST, REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: `redis://:${pw}@${HOST}`, REDIS_PERSECOND_AUTH: pw, REDIS_PERSECOND_SENTINEL_AUTH: pw },
   { REDIS_URL: HOST, GLOBAL_REDIS_URL: `redis://:${pw}@${HOST}`, REGION: 'eu', GLOBAL_REDIS_AUTH: pw },
-  { OTEL_EXPORTER_OTLP_ENDPOINT: `http://otel:${pw}@${HOST}`, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `https://otel:${pw}@${HOST}/v1/traces`, OTEL_EXPORTER_OTLP_HEADERS: `authorization=${encodeURIComponent(pw)}` },
+  {
+    OTEL_EXPORTER_OTLP_ENDPOINT: `http://otel:${pw}@${HOST}`,
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `https://otel:${pw}@${HOST}/v1/traces`,
+    OTEL_EXPORTER_OTLP_HEADERS: `authorization=${encodeURIComponent(pw)}`,
+  },
   { CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: `authorization:${pw.replace(/,/g, '')}` },
 ];
 // Settings refused with a message that shows the URL.
@@ -94,7 +125,25 @@ describe('passwords never shown', () => {
         for (const env of valid(pw).slice(0, 9)) {
           let logs = '';
           const sink = new Writable({ write: (c: Buffer, _e, done) => ((logs += c.toString()), done()) });
-          const settings = loadSettings(['--config', 'examples/config', '--grpc-port', '0', '--http-port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1', '--workers', '1'], env);
+          const settings = loadSettings(
+            [
+              '--config',
+              'examples/config',
+              '--grpc-port',
+              '0',
+              '--http-port',
+              '0',
+              '--admin-port',
+              '0',
+              '--host',
+              '127.0.0.1',
+              '--grpc-host',
+              '127.0.0.1',
+              '--workers',
+              '1',
+            ],
+            env,
+          );
           const app = createApp(settings, { logger: createLogger('debug', sink) });
           const { adminPort } = await app.start();
           try {
@@ -132,7 +181,14 @@ describe('an unencoded password in a redis:// URL', () => {
   test('an encoded one is decoded, whatever it holds', () => {
     fc.assert(
       fc.property(password, (pw) => {
-        assert.deepEqual(redisUrlParts(`rediss://:${encodeURIComponent(pw)}@[::1]:6390`), { tls: true, username: undefined, password: pw, host: '::1', port: 6390, db: 0 });
+        assert.deepEqual(redisUrlParts(`rediss://:${encodeURIComponent(pw)}@[::1]:6390`), {
+          tls: true,
+          username: undefined,
+          password: pw,
+          host: '::1',
+          port: 6390,
+          db: 0,
+        });
       }),
       { seed: SEED, numRuns: 500 },
     );

@@ -40,16 +40,31 @@ test('resharding during traffic: no failed decision, no lost count', async () =>
     while (running) {
       const batch = Array.from({ length: 50 }, (_, i) =>
         store
-          .decide([{ key: keys[i], algorithm: 'fixed_window', limit: 1e9, periodMs: 3_600_000, burst: 1e9, hits: 1, mode: 'enforce' }], { countDeniedHits: false })
-          .then((d) => (admitted += d.admitted ? 1 : 0), () => failures++),
+          .decide([{ key: keys[i], algorithm: 'fixed_window', limit: 1e9, periodMs: 3_600_000, burst: 1e9, hits: 1, mode: 'enforce' }], {
+            countDeniedHits: false,
+          })
+          .then(
+            (d) => (admitted += d.admitted ? 1 : 0),
+            () => failures++,
+          ),
       );
       await Promise.all(batch);
     }
   })();
   try {
     await promisify(execFile)(requireRedisBinaries().cli, [
-      '--cluster', 'reshard', `127.0.0.1:${primaries[0].port}`,
-      '--cluster-from', from, '--cluster-to', to, '--cluster-slots', '3000', '--cluster-yes', '--cluster-pipeline', '10',
+      '--cluster',
+      'reshard',
+      `127.0.0.1:${primaries[0].port}`,
+      '--cluster-from',
+      from,
+      '--cluster-to',
+      to,
+      '--cluster-slots',
+      '3000',
+      '--cluster-yes',
+      '--cluster-pipeline',
+      '10',
     ]);
   } finally {
     running = false;

@@ -19,7 +19,10 @@ async function decideThrough(settings: Partial<Settings>): Promise<{ code: Code;
   let logs = '';
   const sink = new Writable({ write: (c: Buffer, _e, done) => ((logs += c.toString()), done()) });
   // Fallback deny: health then tracks Redis itself, and an answer proves the connection works.
-  const s = await startApp({ configPaths: [EXAMPLE], store: 'redis', fallbackPolicy: 'deny', storeDeadlineMs: 2000, ...settings }, { logger: createLogger('info', sink) });
+  const s = await startApp(
+    { configPaths: [EXAMPLE], store: 'redis', fallbackPolicy: 'deny', storeDeadlineMs: 2000, ...settings },
+    { logger: createLogger('info', sink) },
+  );
   try {
     const deadline = Date.now() + 10_000;
     while (s.app.health.status !== 'SERVING' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
@@ -89,7 +92,14 @@ describe('Redis connection settings', () => {
 
   test('REDIS_POOL_SIZE opens that many connections', async () => {
     const node = await startRedis();
-    const s = await startApp({ configPaths: [EXAMPLE], store: 'redis', fallbackPolicy: 'deny', storeDeadlineMs: 2000, redisUrl: `127.0.0.1:${node.port}`, redisPoolSize: 3 });
+    const s = await startApp({
+      configPaths: [EXAMPLE],
+      store: 'redis',
+      fallbackPolicy: 'deny',
+      storeDeadlineMs: 2000,
+      redisUrl: `127.0.0.1:${node.port}`,
+      redisPoolSize: 3,
+    });
     try {
       const deadline = Date.now() + 10_000;
       while (s.app.health.status !== 'SERVING' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));

@@ -4,7 +4,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { RateLimitResponse_Code as Code, type RateLimitRequest, type RateLimitResponse, RateLimitServiceClient } from '../../src/gen/envoy/service/ratelimit/v3/rls';
+import {
+  RateLimitResponse_Code as Code,
+  type RateLimitRequest,
+  type RateLimitResponse,
+  RateLimitServiceClient,
+} from '../../src/gen/envoy/service/ratelimit/v3/rls';
 import { callRls, d } from '../support/app';
 import { type ServerProcess, spawnServer, spawnServers } from '../support/process';
 import { type RedisNode, startCluster, startRedis, stopAll } from '../support/redis';
@@ -52,7 +57,11 @@ function configDir(): string {
 async function servers(redisArgs: string[], count: number): Promise<ServerProcess[]> {
   const dir = configDir();
   const procs = await spawnServers(
-    Array.from({ length: count }, () => () => spawnServer(['--config', dir, '--store', 'redis', ...redisArgs, '--breaker-cooldown', `${COOLDOWN_MS}ms`, '--deadline-margin', DEADLINE_MARGIN])),
+    Array.from(
+      { length: count },
+      () => () =>
+        spawnServer(['--config', dir, '--store', 'redis', ...redisArgs, '--breaker-cooldown', `${COOLDOWN_MS}ms`, '--deadline-margin', DEADLINE_MARGIN]),
+    ),
   );
   for (const p of procs) await waitReady(p);
   return procs;
@@ -113,13 +122,19 @@ function summary(samples: Sample[]): string {
 function assertHealthy(samples: Sample[], outageStart: number, redisBack: number, label: string): void {
   const failed = samples.filter((s) => s.error !== undefined);
   assert.equal(failed.length, 0, `${label}: ${failed.length} failed RPCs, first: ${failed[0]?.error}`);
-  assert.ok(samples.every((s) => s.ok), `${label}: a request was denied`);
+  assert.ok(
+    samples.every((s) => s.ok),
+    `${label}: a request was denied`,
+  );
   // Before the fault Redis answers every call within the caller's deadline: not one degraded answer.
   const before = samples.filter((s) => s.at < outageStart);
   const degradedBefore = before.filter((s) => s.degraded).length;
   assert.ok(before.length > 0, `${label}: no answer before the fault`);
   assert.equal(degradedBefore, 0, `${label}: ${degradedBefore} of ${before.length} degraded while Redis was healthy`);
-  assert.ok(samples.some((s) => s.degraded && s.at > outageStart), `${label}: no degraded answer during the fault`);
+  assert.ok(
+    samples.some((s) => s.degraded && s.at > outageStart),
+    `${label}: no degraded answer during the fault`,
+  );
   const backOnRedis = samples.find((s) => s.at > redisBack && !s.degraded && samples.filter((x) => x.at > s.at).every((x) => !x.degraded));
   assert.ok(backOnRedis, `${label}: never back on Redis`);
   const recoveryMs = backOnRedis.at - redisBack;
@@ -143,8 +158,14 @@ describe('fault suite', () => {
     t.diagnostic(summary(samples));
     await Promise.all(procs.map((p) => p.stop()));
     assertHealthy(samples, outageStart, redisBack, 'kill -9');
-    assert.ok(procs.some((p) => p.logs.some((l) => l.event === 'breaker' && l.to === 'open')), 'breaker never opened');
-    assert.ok(procs.some((p) => p.logs.some((l) => l.event === 'write_back' && Number(l.hits) > 0)), 'no write-back after recovery');
+    assert.ok(
+      procs.some((p) => p.logs.some((l) => l.event === 'breaker' && l.to === 'open')),
+      'breaker never opened',
+    );
+    assert.ok(
+      procs.some((p) => p.logs.some((l) => l.event === 'write_back' && Number(l.hits) > 0)),
+      'no write-back after recovery',
+    );
   });
 
   test('SIGSTOP of Redis (it hangs instead of refusing), then SIGCONT', async (t) => {

@@ -60,31 +60,90 @@ describe('REDIS_PERSECOND settings', () => {
   const env = (extra: NodeJS.ProcessEnv) => ({ REDIS_URL: '127.0.0.1:6380', ...extra });
 
   test('upstream names and sluice flags are read; REDIS_PERSECOND implies the Redis store', () => {
-    const s = loadSettings([], env({ REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: 'localhost:6381', REDIS_PERSECOND_SOCKET_TYPE: 'tcp', REDIS_PERSECOND_TYPE: 'SINGLE', REDIS_PERSECOND_AUTH: 'pw', REDIS_PERSECOND_TLS: 'true', REDIS_PERSECOND_POOL_SIZE: '4', REDIS_PERSECOND_TIMEOUT: '2s' }));
+    const s = loadSettings(
+      [],
+      env({
+        REDIS_PERSECOND: 'true',
+        REDIS_PERSECOND_URL: 'localhost:6381',
+        REDIS_PERSECOND_SOCKET_TYPE: 'tcp',
+        REDIS_PERSECOND_TYPE: 'SINGLE',
+        REDIS_PERSECOND_AUTH: 'pw',
+        REDIS_PERSECOND_TLS: 'true',
+        REDIS_PERSECOND_POOL_SIZE: '4',
+        REDIS_PERSECOND_TIMEOUT: '2s',
+      }),
+    );
     assert.equal(s.store, 'redis');
     assert.deepEqual(
-      [s.redisPerSecond, s.redisPerSecondUrl, s.redisPerSecondType, s.redisPerSecondAuth, s.redisPerSecondTls, s.redisPerSecondPoolSize, s.redisPerSecondSocketType, s.redisPerSecondTimeoutMs],
+      [
+        s.redisPerSecond,
+        s.redisPerSecondUrl,
+        s.redisPerSecondType,
+        s.redisPerSecondAuth,
+        s.redisPerSecondTls,
+        s.redisPerSecondPoolSize,
+        s.redisPerSecondSocketType,
+        s.redisPerSecondTimeoutMs,
+      ],
       [true, 'localhost:6381', 'single', 'pw', true, 4, 'tcp', 2000],
     );
-    const f = loadSettings(['--store', 'redis', '--redis-persecond', '--redis-persecond-url', '/tmp/ps.sock', '--redis-persecond-socket-type', 'unix', '--redis-persecond-sentinel-auth', 'spw'], {});
+    const f = loadSettings(
+      [
+        '--store',
+        'redis',
+        '--redis-persecond',
+        '--redis-persecond-url',
+        '/tmp/ps.sock',
+        '--redis-persecond-socket-type',
+        'unix',
+        '--redis-persecond-sentinel-auth',
+        'spw',
+      ],
+      {},
+    );
     assert.deepEqual([f.redisPerSecond, f.redisPerSecondUrl, f.redisPerSecondSocketType, f.redisPerSecondSentinelAuth], [true, '/tmp/ps.sock', 'unix', 'spw']);
   });
 
   test('secrets are redacted and only the unsupported per-second tuning is reported as not read', () => {
-    const s = loadSettings([], env({ REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: 'redis://user:secret@host:6381', REDIS_PERSECOND_AUTH: 'pw', REDIS_PERSECOND_SENTINEL_AUTH: 'spw' }));
+    const s = loadSettings(
+      [],
+      env({ REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: 'redis://user:secret@host:6381', REDIS_PERSECOND_AUTH: 'pw', REDIS_PERSECOND_SENTINEL_AUTH: 'spw' }),
+    );
     const shown = describeSettings(s);
-    assert.deepEqual([shown.redisPerSecondUrl, shown.redisPerSecondAuth, shown.redisPerSecondSentinelAuth], ['redis://user:[redacted]@host:6381', '[redacted]', '[redacted]']);
-    const notRead = upstreamSettingsNotRead({ REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: 'x', REDIS_PERSECOND_SOCKET_TYPE: 'tcp', REDIS_PERSECOND_TIMEOUT: '1s', REDIS_PERSECOND_PIPELINE_WINDOW: '150us', REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR: 'WAIT' });
+    assert.deepEqual(
+      [shown.redisPerSecondUrl, shown.redisPerSecondAuth, shown.redisPerSecondSentinelAuth],
+      ['redis://user:[redacted]@host:6381', '[redacted]', '[redacted]'],
+    );
+    const notRead = upstreamSettingsNotRead({
+      REDIS_PERSECOND: 'true',
+      REDIS_PERSECOND_URL: 'x',
+      REDIS_PERSECOND_SOCKET_TYPE: 'tcp',
+      REDIS_PERSECOND_TIMEOUT: '1s',
+      REDIS_PERSECOND_PIPELINE_WINDOW: '150us',
+      REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR: 'WAIT',
+    });
     assert.deepEqual(notRead, ['REDIS_PERSECOND_PIPELINE_WINDOW', 'REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR']);
   });
 
   const refusals: [string, NodeJS.ProcessEnv, RegExp][] = [
     ['no URL', { REDIS_PERSECOND: 'true' }, /^REDIS_PERSECOND needs REDIS_PERSECOND_URL/],
     ['the memory store', { STORE: 'memory', REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: 'localhost:6381' }, /^REDIS_PERSECOND needs STORE=redis/],
-    ['multi-region', { REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: 'localhost:6381', GLOBAL_REDIS_URL: 'g:6379', REGION: 'eu' }, /^REDIS_PERSECOND cannot be combined with GLOBAL_REDIS_URL/],
+    [
+      'multi-region',
+      { REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: 'localhost:6381', GLOBAL_REDIS_URL: 'g:6379', REGION: 'eu' },
+      /^REDIS_PERSECOND cannot be combined with GLOBAL_REDIS_URL/,
+    ],
     ['an unknown socket type', { REDIS_PERSECOND_SOCKET_TYPE: 'udp' }, /^REDIS_PERSECOND_SOCKET_TYPE: expected tcp or unix, got 'udp'/],
-    ['unix with a network address', { REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: 'localhost:6381', REDIS_PERSECOND_SOCKET_TYPE: 'unix' }, /^REDIS_PERSECOND_SOCKET_TYPE=unix but REDIS_PERSECOND_URL is a network address \('localhost:6381'\); set tcp/],
-    ['tcp with a socket path', { REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: '/var/run/ps.sock', REDIS_PERSECOND_SOCKET_TYPE: 'tcp' }, /^REDIS_PERSECOND_SOCKET_TYPE=tcp but REDIS_PERSECOND_URL is a unix socket path \('\/var\/run\/ps.sock'\); set unix/],
+    [
+      'unix with a network address',
+      { REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: 'localhost:6381', REDIS_PERSECOND_SOCKET_TYPE: 'unix' },
+      /^REDIS_PERSECOND_SOCKET_TYPE=unix but REDIS_PERSECOND_URL is a network address \('localhost:6381'\); set tcp/,
+    ],
+    [
+      'tcp with a socket path',
+      { REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: '/var/run/ps.sock', REDIS_PERSECOND_SOCKET_TYPE: 'tcp' },
+      /^REDIS_PERSECOND_SOCKET_TYPE=tcp but REDIS_PERSECOND_URL is a unix socket path \('\/var\/run\/ps.sock'\); set unix/,
+    ],
     ['a bad pool size', { REDIS_PERSECOND_POOL_SIZE: '0' }, /^REDIS_PERSECOND_POOL_SIZE: expected an integer 1\.\./],
     ['a bad type', { REDIS_PERSECOND_TYPE: 'ring' }, /^REDIS_PERSECOND_TYPE: expected one of single, sentinel, cluster/],
   ];
@@ -93,10 +152,21 @@ describe('REDIS_PERSECOND settings', () => {
   }
 
   test('a bad REDIS_PERSECOND_URL stops the process at start, naming the per-second settings', async () => {
-    const r = await runCli(['serve', '--config', configDir()], { REDIS_URL: `127.0.0.1:${main.port}`, REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: 'redis://:6381', LOG_LEVEL: 'silent' });
+    const r = await runCli(['serve', '--config', configDir()], {
+      REDIS_URL: `127.0.0.1:${main.port}`,
+      REDIS_PERSECOND: 'true',
+      REDIS_PERSECOND_URL: 'redis://:6381',
+      LOG_LEVEL: 'silent',
+    });
     assert.equal(r.code, 2);
     assert.match(r.stderr, /^sluice: .*REDIS_PERSECOND_URL: 'redis:\/\/:6381' has no host; expected redis:\/\//);
-    const cluster = await runCli(['serve', '--config', configDir()], { REDIS_URL: `127.0.0.1:${main.port}`, REDIS_PERSECOND: 'true', REDIS_PERSECOND_TYPE: 'cluster', REDIS_PERSECOND_URL: 'redis://u:p@h:1', LOG_LEVEL: 'silent' });
+    const cluster = await runCli(['serve', '--config', configDir()], {
+      REDIS_URL: `127.0.0.1:${main.port}`,
+      REDIS_PERSECOND: 'true',
+      REDIS_PERSECOND_TYPE: 'cluster',
+      REDIS_PERSECOND_URL: 'redis://u:p@h:1',
+      LOG_LEVEL: 'silent',
+    });
     assert.equal(cluster.code, 2);
     assert.match(cluster.stderr, /REDIS_PERSECOND_URL: .* has a user or password \(use REDIS_PERSECOND_AUTH with REDIS_PERSECOND_TYPE=cluster\)/);
   });
@@ -118,7 +188,10 @@ describe('a sluice process started with upstream environment', () => {
     try {
       // Every REDIS_PERSECOND* name given is read (REDIS_SOCKET_TYPE is another matter).
       const notRead = server.logs.filter((l) => l.event === 'upstream_settings_not_read').flatMap((l) => l.names as string[]);
-      assert.deepEqual(notRead.filter((n) => n.startsWith('REDIS_PERSECOND')), []);
+      assert.deepEqual(
+        notRead.filter((n) => n.startsWith('REDIS_PERSECOND')),
+        [],
+      );
       const listening = server.logs.find((l) => l.event === 'listening')!;
       assert.match(String(listening.msg), new RegExp(`store redis 127\\.0\\.0\\.1:${main.port}, per-second limits on redis 127\\.0\\.0\\.1:${port},`));
       // No per-second Redis yet: the main one alone does not make the process ready.
@@ -158,9 +231,16 @@ describe('one request, two Redis: counts and all-or-nothing', () => {
     const recorded = recordingEvents();
     seen = recorded.seen;
     const events: StoreEvents = { ...recorded.events, degraded: (_policy, reason) => reasons.push(reason) };
-    const redis = (node: RedisNode) => new RedisStore({ clients: [redisClient(node.port)], cluster: false, explicitClock: clock, events, keyPrefix: 'sluice:' });
+    const redis = (node: RedisNode) =>
+      new RedisStore({ clients: [redisClient(node.port)], cluster: false, explicitClock: clock, events, keyPrefix: 'sluice:' });
     const settings = loadSettings(['--store', 'redis']);
-    store = createPerSecondSplit({ main: redis(main), perSecond: redis(second), events, options: { ...redisStackOptions(settings), clock }, perSecondStalledMs: 0 });
+    store = createPerSecondSplit({
+      main: redis(main),
+      perSecond: redis(second),
+      events,
+      options: { ...redisStackOptions(settings), clock },
+      perSecondStalledMs: 0,
+    });
     await until('both Redis ready', () => store.ready());
     app = await startApp({ store: 'redis', configPaths: [configDir()] }, { store });
   });
@@ -171,20 +251,32 @@ describe('one request, two Redis: counts and all-or-nothing', () => {
     const denied = await app.call(both('a'));
     assert.equal(denied.overallCode, Code.OVER_LIMIT);
     // The per-minute limit was read, not consumed: 2 left, as after the third request.
-    assert.deepEqual(statuses(denied), [['OVER', 0], ['OK', 2]]);
+    assert.deepEqual(statuses(denied), [
+      ['OVER', 0],
+      ['OK', 2],
+    ]);
     assert.deepEqual(await counterKeys(second), [SECOND_KEY('a')]);
     assert.deepEqual(await counterKeys(main), [MINUTE_KEY('a')]);
     clock.advance(1000);
-    assert.deepEqual(statuses(await app.call(both('a'))), [['OK', 2], ['OK', 1]]);
+    assert.deepEqual(statuses(await app.call(both('a'))), [
+      ['OK', 2],
+      ['OK', 1],
+    ]);
   });
 
   test('a request over its per-minute limit gives back what its per-second limit took', async () => {
-    assert.deepEqual(statuses(await app.call(both('a'))), [['OK', 1], ['OK', 0]]);
+    assert.deepEqual(statuses(await app.call(both('a'))), [
+      ['OK', 1],
+      ['OK', 0],
+    ]);
     const refundsBefore = seen.counts.refunded ?? 0;
     const denied = await app.call(both('a'));
     assert.equal(denied.overallCode, Code.OVER_LIMIT);
     // Reported as a denial on one Redis reports it: the per-second budget as before the request.
-    assert.deepEqual(statuses(denied), [['OK', 1], ['OVER', 0]]);
+    assert.deepEqual(statuses(denied), [
+      ['OK', 1],
+      ['OVER', 0],
+    ]);
     await until('the refund to reach the per-second Redis', () => (seen.counts.refunded ?? 0) === refundsBefore + 1);
     // That unit is back: exactly one more request fits in this second.
     const alone = { domain: 'ps', descriptors: [d(['second', 'a'])] };
@@ -202,10 +294,22 @@ describe('one request, two Redis: counts and all-or-nothing', () => {
     // The local fallback admits the per-second limit's 3 (one replica: its whole share); the
     // per-minute counter is Redis', exact, and untouched by the denied fourth request.
     assert.deepEqual(answers.map(statuses), [
-      [['OK', 2], ['OK', 4]],
-      [['OK', 1], ['OK', 3]],
-      [['OK', 0], ['OK', 2]],
-      [['OVER', 0], ['OK', 2]],
+      [
+        ['OK', 2],
+        ['OK', 4],
+      ],
+      [
+        ['OK', 1],
+        ['OK', 3],
+      ],
+      [
+        ['OK', 0],
+        ['OK', 2],
+      ],
+      [
+        ['OVER', 0],
+        ['OK', 2],
+      ],
     ]);
     assert.deepEqual(answers.map(isDegraded), [true, true, true, true]);
     assert.deepEqual(await counterKeys(main), [MINUTE_KEY('a'), MINUTE_KEY('b')]);

@@ -60,9 +60,7 @@ describe('several sluice processes sharing one Redis', () => {
   });
 
   test('a bucket with exactly 1 token, 10 concurrent requests over 3 processes → exactly 1 OK', async () => {
-    const calls = Array.from({ length: 10 }, (_, i) =>
-      callRls(procs[i % 3].client, { domain: 'race', descriptors: [d(['one_token', 'seed'])] }),
-    );
+    const calls = Array.from({ length: 10 }, (_, i) => callRls(procs[i % 3].client, { domain: 'race', descriptors: [d(['one_token', 'seed'])] }));
     const codes = (await Promise.all(calls)).map((r) => r.overallCode);
     assert.equal(codes.filter((c) => c === Code.OK).length, 1, JSON.stringify(codes));
   });
@@ -91,7 +89,10 @@ describe('several sluice processes sharing one Redis', () => {
     assert.equal(admitted.fixed, 37);
     assert.equal(admitted.sliding, 23);
     // Buckets refill during the test: at most burst + what refilled, and at least the burst.
-    for (const [rule, perDay] of [['bucket', 41], ['gcra', 29]] as const) {
+    for (const [rule, perDay] of [
+      ['bucket', 41],
+      ['gcra', 29],
+    ] as const) {
       const refilled = Math.floor((elapsedMs * perDay) / 86_400_000);
       assert.ok(admitted[rule] >= perDay && admitted[rule] <= perDay + refilled, `${rule}: ${admitted[rule]} admitted`);
     }
@@ -101,13 +102,25 @@ describe('several sluice processes sharing one Redis', () => {
 describe('startup before Redis', () => {
   test('fallback deny: no crash loop, NOT_SERVING and UNAVAILABLE until Redis is up, then SERVING without a restart', async () => {
     const port = await freePort();
-    const server = await spawnServer(['--config', path.resolve(__dirname, '../../../examples/config'), '--store', 'redis', '--redis-url', `127.0.0.1:${port}`, '--fallback-policy', 'deny']);
+    const server = await spawnServer([
+      '--config',
+      path.resolve(__dirname, '../../../examples/config'),
+      '--store',
+      'redis',
+      '--redis-url',
+      `127.0.0.1:${port}`,
+      '--fallback-policy',
+      'deny',
+    ]);
     const client = new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure());
     try {
       const health = await fetch(`http://127.0.0.1:${server.httpPort}/healthcheck`);
       assert.equal(health.status, 500);
       assert.match(await health.text(), /store not ready/);
-      await assert.rejects(callRls(client, { domain: 'edge', descriptors: [d(['tenant', 'a'])] }), (e: grpc.ServiceError) => e.code === grpc.status.UNAVAILABLE);
+      await assert.rejects(
+        callRls(client, { domain: 'edge', descriptors: [d(['tenant', 'a'])] }),
+        (e: grpc.ServiceError) => e.code === grpc.status.UNAVAILABLE,
+      );
       await startRedis({ port });
       await server.waitForLog((l) => l.event === 'health' && l.status === 'SERVING', 15_000);
       const r = await callRls(client, { domain: 'edge', descriptors: [d(['tenant', 'a'])] });

@@ -110,9 +110,18 @@ describe('Redis Cluster: a request spanning slots when giving back fails', () =>
         await nodeA.cli('CONFIG', 'SET', 'maxmemory', '0').catch(() => undefined);
       }
       assert.equal(denied.admitted, false);
-      assert.deepEqual(denied.outcomes.map((o) => [o.allowed, o.consumed, o.remaining]), [[true, false, 99], [false, false, 0]]);
+      assert.deepEqual(
+        denied.outcomes.map((o) => [o.allowed, o.consumed, o.remaining]),
+        [
+          [true, false, 99],
+          [false, false, 0],
+        ],
+      );
       assert.equal(denied.storeTimeMs, T0);
-      assert.ok(rec.refunds.some((r) => r.error !== undefined && /OOM/.test(r.error)), JSON.stringify(rec.refunds));
+      assert.ok(
+        rec.refunds.some((r) => r.error !== undefined && /OOM/.test(r.error)),
+        JSON.stringify(rec.refunds),
+      );
       await until('the refund queue to empty', () => s.refunds.size === 0);
       assert.equal(count(await client.get(a)), 1);
       assert.equal(count(await client.get(b)), 1);
@@ -308,7 +317,10 @@ describe('refund queue', () => {
       s.refunds.add(Array.from({ length: 200 }, (_, i) => entry(i)));
       s.refunds.add(Array.from({ length: 200 }, (_, i) => entry(200 + i)));
       assert.equal(s.refunds.size, 300);
-      assert.ok(rec.refunds.some((r) => r.entries === 100 && r.error === 'dropped: queue full'), JSON.stringify(rec.refunds));
+      assert.ok(
+        rec.refunds.some((r) => r.entries === 100 && r.error === 'dropped: queue full'),
+        JSON.stringify(rec.refunds),
+      );
       await assert.rejects(s.refunds.drain(), /300 refund entries not given back: no Redis connection ready/);
       assert.equal(s.refunds.size, 300);
     } finally {
@@ -355,7 +367,10 @@ describe('REDIS_URL validation', () => {
   }
 
   test('a password never appears in the message', () => {
-    assert.throws(() => validateRedisUrl({ ...base, redisUrl: 'redis://u:s3cret@127.0.0.1:6379/x' }), (err: Error) => !err.message.includes('s3cret'));
+    assert.throws(
+      () => validateRedisUrl({ ...base, redisUrl: 'redis://u:s3cret@127.0.0.1:6379/x' }),
+      (err: Error) => !err.message.includes('s3cret'),
+    );
   });
 
   const good: [Settings['redisType'], string][] = [
@@ -468,7 +483,15 @@ describe('replica registry, probe and readiness', () => {
   test('restore goes through in batches, per slot on a cluster', async () => {
     const client = await clusterClient();
     const s = store([client], true, { explicitClock: new ManualClock(T0) });
-    const entries = Array.from({ length: 600 }, (_, i) => ({ key: `rs:{k${i % 300}}:${i}`, algorithm: 'fixed_window' as const, limit: 10, periodMs: MINUTE, burst: 10, remaining: 3, atMs: T0 }));
+    const entries = Array.from({ length: 600 }, (_, i) => ({
+      key: `rs:{k${i % 300}}:${i}`,
+      algorithm: 'fixed_window' as const,
+      limit: 10,
+      periodMs: MINUTE,
+      burst: 10,
+      remaining: 3,
+      atMs: T0,
+    }));
     try {
       await s.restore(entries);
       const values = await Promise.all(entries.map((e) => client.get(e.key)));
@@ -507,12 +530,18 @@ describe('replica registry, probe and readiness', () => {
     const s = store([client], true, { events: { ...silentEvents, storeCall: (op, seconds, ok) => op === 'decide' && calls.push({ seconds, ok }) } });
     try {
       await until('ready', () => s.ready());
-      assert.deepEqual(client.nodes('master').map((n) => n.status), ['ready', 'ready', 'ready']);
+      assert.deepEqual(
+        client.nodes('master').map((n) => n.status),
+        ['ready', 'ready', 'ready'],
+      );
       const checks = Array.from({ length: 12 }, (_, i) => check(`warm:{k${i}}`, 'gcra', 100));
       assert.equal(new Set(checks.map((c) => calculateSlot(c.key))).size, 12);
       assert.equal((await s.decide(checks, { countDeniedHits: false })).admitted, true);
       assert.equal(calls.length, 12);
-      assert.ok(calls.every((c) => c.ok && c.seconds < 0.05), JSON.stringify(calls));
+      assert.ok(
+        calls.every((c) => c.ok && c.seconds < 0.05),
+        JSON.stringify(calls),
+      );
     } finally {
       await s.close();
     }
@@ -555,7 +584,10 @@ describe('script loading: Redis Functions, EVALSHA where there are none', () => 
     const first = await s.decide(checks, { countDeniedHits: false });
     const second = await s.decide(checks, { countDeniedHits: false });
     assert.equal(first.admitted && second.admitted, true);
-    assert.deepEqual(second.outcomes.map((o) => o.remaining), [3, 3]);
+    assert.deepEqual(
+      second.outcomes.map((o) => o.remaining),
+      [3, 3],
+    );
   };
   const commandCalls = async (node: RedisNode, command: string) =>
     Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(await node.cli('INFO', 'commandstats'))?.[1] ?? 0);
@@ -607,10 +639,22 @@ describe('requests of one event-loop turn go to Redis as one call, each decided 
       const calls = (await scriptCalls(node)) - before;
       assert.ok(calls < 5, `expected the 50 requests in a few calls, got ${calls}`);
       // The first 20 pass; the rest are denied by b and consume nothing of a (all-or-nothing).
-      assert.deepEqual(decisions.map((d) => d.admitted), Array.from({ length: 50 }, (_, i) => i < 20));
-      assert.deepEqual(decisions.slice(0, 20).map((d) => d.outcomes[1].remaining), Array.from({ length: 20 }, (_, i) => 19 - i));
+      assert.deepEqual(
+        decisions.map((d) => d.admitted),
+        Array.from({ length: 50 }, (_, i) => i < 20),
+      );
+      assert.deepEqual(
+        decisions.slice(0, 20).map((d) => d.outcomes[1].remaining),
+        Array.from({ length: 20 }, (_, i) => 19 - i),
+      );
       for (const d of decisions.slice(20)) {
-        assert.deepEqual(d.outcomes.map((o) => [o.allowed, o.consumed, o.remaining]), [[true, false, 10], [false, false, 0]]);
+        assert.deepEqual(
+          d.outcomes.map((o) => [o.allowed, o.consumed, o.remaining]),
+          [
+            [true, false, 10],
+            [false, false, 0],
+          ],
+        );
       }
       assert.equal(count(await client.get('a:batch')), 20);
       assert.equal(count(await client.get('b:batch')), 20);
@@ -635,7 +679,10 @@ describe('requests of one event-loop turn go to Redis as one call, each decided 
         s.decide([check('ok:batch', 'fixed_window', 5)], { countDeniedHits: false }),
       ]);
       assert.equal((await scriptCalls(node)) - before, 1, 'one batch');
-      assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
+      assert.deepEqual(
+        results.map((r) => r.status),
+        ['fulfilled', 'rejected', 'fulfilled'],
+      );
       assert.match(String((results[1] as PromiseRejectedResult).reason), /WRONGTYPE/);
       assert.equal(count(await client.get('ok:batch')), 2);
       assert.equal(await client.get('also-ok:batch'), null, 'the failed request wrote nothing');

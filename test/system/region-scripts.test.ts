@@ -42,7 +42,18 @@ const pool = (key: string, hits = 1, over: Partial<LimitCheck> = {}): LimitCheck
 });
 
 function credit(key: string, units: number, over: Partial<Parameters<RedisStore['credit']>[0]> = {}): Promise<number> {
-  return redis.credit({ key, lockKey: `${key}:lock`, units, ttlMs: 10_000, globalRemaining: 50, globalResetMs: 30_000, globalRetryMs: 0, takenAtMs: T0, holdMs: 0, ...over });
+  return redis.credit({
+    key,
+    lockKey: `${key}:lock`,
+    units,
+    ttlMs: 10_000,
+    globalRemaining: 50,
+    globalResetMs: 30_000,
+    globalRetryMs: 0,
+    takenAtMs: T0,
+    holdMs: 0,
+    ...over,
+  });
 }
 
 describe('regional allowance (pool)', () => {
@@ -58,7 +69,13 @@ describe('regional allowance (pool)', () => {
     await credit('p2', 2);
     const both = await redis.decide([pool('p1', 3), pool('p2', 3)], { countDeniedHits: false });
     assert.equal(both.admitted, false);
-    assert.deepEqual(both.outcomes.map((o) => [o.allowed, o.consumed, o.held]), [[true, false, 12], [false, false, 2]]);
+    assert.deepEqual(
+      both.outcomes.map((o) => [o.allowed, o.consumed, o.held]),
+      [
+        [true, false, 12],
+        [false, false, 2],
+      ],
+    );
   });
 
   test('units of an ended window are not kept; units past their TTL are not spent', async () => {
@@ -119,7 +136,14 @@ describe('leases from the global budget, shared by demand', () => {
     assert.equal(b.remaining, 42);
     // Leases shrink with what remains, and at the end are one unit: the last units are not
     // stranded in a region that does not need them.
-    const sequence: [string, number, number][] = [['a', 41, 29], ['b', 10, 3], ['a', 100, 7], ['b', 10, 1], ['a', 100, 1], ['b', 10, 1]];
+    const sequence: [string, number, number][] = [
+      ['a', 41, 29],
+      ['b', 10, 3],
+      ['a', 100, 7],
+      ['b', 10, 1],
+      ['a', 100, 1],
+      ['b', 10, 1],
+    ];
     for (const [region, wanted, granted] of sequence) {
       assert.equal((await redis.lease(spec, wanted, demand(region, region === 'a' ? 70 : 30))).granted, granted, `${region} asking ${wanted}`);
     }
@@ -149,7 +173,10 @@ describe("a fixed window's next window, leased ahead of its start", () => {
     test(`${layout}: the units count in the next window only, and go back to it`, async () => {
       // A store of its own (its close() closes its client) for window hashes.
       const own = layout === 'window hashes' ? new Redis({ port: node.port, host: '127.0.0.1' }) : undefined;
-      const store = own !== undefined ? new RedisStore({ clients: [own], cluster: false, events: silentEvents, keyPrefix: 'mrh:', explicitClock: clock, windowHashes: true }) : redis;
+      const store =
+        own !== undefined
+          ? new RedisStore({ clients: [own], cluster: false, events: silentEvents, keyPrefix: 'mrh:', explicitClock: clock, windowHashes: true })
+          : redis;
       if (own !== undefined) await new Promise((resolve) => own.once('ready', resolve));
       const key = `ahead-${layout.length}`;
       try {
@@ -157,7 +184,7 @@ describe("a fixed window's next window, leased ahead of its start", () => {
         await store.decide([check(key, 30)], { countDeniedHits: false });
         const ahead = await store.lease(spec(key), 80, demand(key, NEXT));
         assert.equal(ahead.granted, 80);
-        assert.equal(ahead.remaining, 20, "what the next window has left");
+        assert.equal(ahead.remaining, 20, 'what the next window has left');
         // The current window's budget is untouched: 70 left, and its lease takes them.
         assert.equal((await store.lease(spec(key), 100, demand(key, NEXT - W))).granted, 70);
         // A window that is neither the current nor the next gets nothing.
@@ -237,7 +264,10 @@ describe('multi-region settings', () => {
   const env = (over: Record<string, string>) => loadSettings([], { STORE: 'redis', ...over });
 
   test('GLOBAL_REDIS_URL needs REGION, STORE=redis and sluice key layout', () => {
-    assert.throws(() => env({ GLOBAL_REDIS_URL: 'g:6379' }), (e: Error) => e instanceof SettingsError && /needs REGION/.test(e.message));
+    assert.throws(
+      () => env({ GLOBAL_REDIS_URL: 'g:6379' }),
+      (e: Error) => e instanceof SettingsError && /needs REGION/.test(e.message),
+    );
     assert.throws(() => env({ GLOBAL_REDIS_URL: 'g:6379', REGION: 'eu', STORE: 'memory' }), /needs STORE=redis/);
     assert.throws(() => env({ GLOBAL_REDIS_URL: 'g:6379', REGION: 'eu', KEY_LAYOUT: 'upstream' }), /KEY_LAYOUT=upstream/);
     assert.throws(() => env({ GLOBAL_REDIS_URL: 'g:6379', REGION: 'e u' }), /REGION: expected/);

@@ -18,7 +18,15 @@ describe('regions harness, single shared Redis (global: false), 2 regions x 2 re
   let commands: number;
 
   before(async () => {
-    deployment = await startRegions({ regions: [{ name: 'a', replicas: 2 }, { name: 'b', replicas: 2 }], configYaml: CONFIG, delayMs: 0, global: false });
+    deployment = await startRegions({
+      regions: [
+        { name: 'a', replicas: 2 },
+        { name: 'b', replicas: 2 },
+      ],
+      configYaml: CONFIG,
+      delayMs: 0,
+      global: false,
+    });
     const redis = deployment.regions[0].redis;
     const before = await redisInfoCalls(redis);
     // A fresh tenant value per run, so nothing a previous run left in Redis counts.
@@ -55,7 +63,11 @@ describe('regions harness, single shared Redis (global: false), 2 regions x 2 re
   test('the fleet admits one limit per second overall, with no errors and no degraded answers', (t) => {
     const seconds = DURATION_MS / 1000;
     const { admitted, errors, degraded, errorCodes } = result.totals;
-    t.diagnostic(`admitted ${admitted}; per 1 s window ${admittedInWindows(result, 1).map((w) => w.admitted).join(' ')}; ${commands} Redis commands`);
+    t.diagnostic(
+      `admitted ${admitted}; per 1 s window ${admittedInWindows(result, 1)
+        .map((w) => w.admitted)
+        .join(' ')}; ${commands} Redis commands`,
+    );
     // Drive seconds are not aligned to the limiter's wall-clock windows: up to one extra window's worth.
     assert.ok(admitted <= LIMIT * (Math.ceil(seconds) + 1), `admitted ${admitted}`);
     assert.ok(admitted >= LIMIT * (Math.floor(seconds) - 1), `admitted ${admitted}`);
@@ -74,8 +86,15 @@ describe('regions harness, single shared Redis (global: false), 2 regions x 2 re
   test('admittedInWindows sums the per-second rows, globally and per region', () => {
     const windows = admittedInWindows(result, 2);
     assert.equal(windows.length, 2);
-    assert.equal(windows.reduce((n, w) => n + w.admitted, 0), result.totals.admitted);
-    for (const r of result.regionTotals) assert.equal(windows.reduce((n, w) => n + (w.byRegion[r.region] ?? 0), 0), r.admitted);
+    assert.equal(
+      windows.reduce((n, w) => n + w.admitted, 0),
+      result.totals.admitted,
+    );
+    for (const r of result.regionTotals)
+      assert.equal(
+        windows.reduce((n, w) => n + (w.byRegion[r.region] ?? 0), 0),
+        r.admitted,
+      );
   });
 });
 
@@ -90,14 +109,26 @@ describe('regions harness, wiring of the WAN links', () => {
   after(() => stopAll());
 
   test('global: true gives each region its own Redis and its own link to one global Redis', async () => {
-    const deployment = await startRegions({ regions: [{ name: 'a', replicas: 1 }, { name: 'b', replicas: 1 }], configYaml: CONFIG, delayMs: 5 });
+    const deployment = await startRegions({
+      regions: [
+        { name: 'a', replicas: 1 },
+        { name: 'b', replicas: 1 },
+      ],
+      configYaml: CONFIG,
+      delayMs: 5,
+    });
     try {
       const [a, b] = deployment.regions;
       assert.ok(deployment.global);
       assert.notEqual(a.redis.port, b.redis.port);
       assert.ok(a.proxy && b.proxy && a.proxy !== b.proxy);
       assert.ok(![a.redis.port, b.redis.port].includes(deployment.global.port));
-      const result = await drive({ deployment, durationMs: 500, ratePerSecond: () => 10, request: () => ({ domain: 't', descriptors: [d(['tenant', 'smoke'])] }) });
+      const result = await drive({
+        deployment,
+        durationMs: 500,
+        ratePerSecond: () => 10,
+        request: () => ({ domain: 't', descriptors: [d(['tenant', 'smoke'])] }),
+      });
       assert.equal(result.totals.sent, 10);
       assert.equal(result.totals.errors, 0, JSON.stringify(result.totals.errorCodes));
     } finally {
@@ -107,10 +138,24 @@ describe('regions harness, wiring of the WAN links', () => {
 
   test('sharedOverWan puts each region a round trip away from the one shared Redis', async (t) => {
     const delayMs = 20;
-    const deployment = await startRegions({ regions: [{ name: 'a', replicas: 1 }, { name: 'b', replicas: 1 }], configYaml: CONFIG, delayMs, global: false, sharedOverWan: true });
+    const deployment = await startRegions({
+      regions: [
+        { name: 'a', replicas: 1 },
+        { name: 'b', replicas: 1 },
+      ],
+      configYaml: CONFIG,
+      delayMs,
+      global: false,
+      sharedOverWan: true,
+    });
     try {
       assert.equal(new Set(deployment.regions.map((r) => r.redis.port)).size, 1);
-      const result = await drive({ deployment, durationMs: 1000, ratePerSecond: () => 10, request: () => ({ domain: 't', descriptors: [d(['tenant', `wan-${Date.now()}`])] }) });
+      const result = await drive({
+        deployment,
+        durationMs: 1000,
+        ratePerSecond: () => 10,
+        request: () => ({ domain: 't', descriptors: [d(['tenant', `wan-${Date.now()}`])] }),
+      });
       assert.equal(result.totals.errors, 0, JSON.stringify(result.totals.errorCodes));
       for (const l of result.latency) {
         t.diagnostic(`region ${l.region}: p50 ${l.p50.toFixed(1)} ms over ${l.count}`);

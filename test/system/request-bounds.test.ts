@@ -22,10 +22,7 @@ const RLS = '/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit';
 
 function configDir(): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-bounds-'));
-  fs.writeFileSync(
-    path.join(dir, 'b.yaml'),
-    'domain: b\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: 1000000 }\n',
-  );
+  fs.writeFileSync(path.join(dir, 'b.yaml'), 'domain: b\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: 1000000 }\n');
   return dir;
 }
 
@@ -56,10 +53,16 @@ function sendRaw(port: number, bytes: Uint8Array): Promise<Outcome> {
     'grpc.max_send_message_length': -1,
   });
   return new Promise((resolve) => {
-    client.makeUnaryRequest(RLS, (b: Buffer) => b, (b: Buffer) => RateLimitResponse.decode(b), Buffer.from(bytes), (err, response) => {
-      client.close();
-      resolve(err ? { code: err.code, details: err.details } : { code: grpc.status.OK, details: '', response });
-    });
+    client.makeUnaryRequest(
+      RLS,
+      (b: Buffer) => b,
+      (b: Buffer) => RateLimitResponse.decode(b),
+      Buffer.from(bytes),
+      (err, response) => {
+        client.close();
+        resolve(err ? { code: err.code, details: err.details } : { code: grpc.status.OK, details: '', response });
+      },
+    );
   });
 }
 
@@ -85,7 +88,17 @@ function manyDescriptors(n: number, prefix: string) {
 async function postJson(s: Running, body: string | Uint8Array, where: 'http' | 'admin' = 'http', urlPath = '/json') {
   const res = await s[where](urlPath, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
   const text = await res.text();
-  return { status: res.status, text, json: (() => { try { return JSON.parse(text); } catch { return undefined; } })() };
+  return {
+    status: res.status,
+    text,
+    json: (() => {
+      try {
+        return JSON.parse(text);
+      } catch {
+        return undefined;
+      }
+    })(),
+  };
 }
 
 describe('request bounds (memory store)', () => {
@@ -283,10 +296,7 @@ describe('request bounds (memory store)', () => {
 describe('request bounds are settings', () => {
   test('flags and environment variables set them; defaults are documented values', () => {
     const def = loadSettings([], {});
-    assert.deepEqual(
-      [def.maxDescriptors, def.maxDescriptorEntries, def.maxValueBytes, def.maxRequestBytes],
-      [256, 32, 65_536, 1_048_576],
-    );
+    assert.deepEqual([def.maxDescriptors, def.maxDescriptorEntries, def.maxValueBytes, def.maxRequestBytes], [256, 32, 65_536, 1_048_576]);
     const flags = loadSettings(['--max-descriptors', '5', '--max-descriptor-entries=3', '--max-value-bytes', '100', '--max-request-bytes', '2000'], {});
     assert.deepEqual([flags.maxDescriptors, flags.maxDescriptorEntries, flags.maxValueBytes, flags.maxRequestBytes], [5, 3, 100, 2000]);
     const env = loadSettings([], { MAX_DESCRIPTORS: '7', MAX_DESCRIPTOR_ENTRIES: '2', MAX_VALUE_BYTES: '9', MAX_REQUEST_BYTES: '999' });
@@ -315,7 +325,12 @@ describe('request bounds are settings', () => {
       // Streamed without a Content-Length: refused once 2000 bytes have arrived.
       const chunked = await s.http('/json', {
         method: 'POST',
-        body: new ReadableStream({ start(c) { c.enqueue(utf8(body)); c.close(); } }),
+        body: new ReadableStream({
+          start(c) {
+            c.enqueue(utf8(body));
+            c.close();
+          },
+        }),
         duplex: 'half',
       } as RequestInit);
       assert.equal(chunked.status, 400);
@@ -353,7 +368,10 @@ describe('item 1: huge requests against a real Redis', () => {
         return true;
       });
       const body = JSON.stringify({ domain: 'b', descriptors });
-      for (const [where, p] of [['http', '/json'], ['admin', '/explain']] as const) {
+      for (const [where, p] of [
+        ['http', '/json'],
+        ['admin', '/explain'],
+      ] as const) {
         const res = await postJson(s, body, where, p);
         assert.equal(res.status, 400, `${p} ${n}`);
         // 12,000 descriptors are 600 KB of JSON (over MAX_DESCRIPTORS), 40,000 are 2 MB (over MAX_REQUEST_BYTES).

@@ -42,10 +42,15 @@ let upstream: http.Server;
 const envoys: RunningEnvoy[] = [];
 const run = Date.now().toString(36);
 
-const startReplica = (grpcPort = 0) => () =>
-  spawnServer(['--config', path.join(REPO, 'examples/config'), '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--grpc-port', String(grpcPort)], {
-    RLQS_ASSIGNMENT_TTL: `${TTL_S}s`,
-  });
+const startReplica =
+  (grpcPort = 0) =>
+  () =>
+    spawnServer(
+      ['--config', path.join(REPO, 'examples/config'), '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--grpc-port', String(grpcPort)],
+      {
+        RLQS_ASSIGNMENT_TTL: `${TTL_S}s`,
+      },
+    );
 
 const clusters = (): Record<string, HostPort[]> => ({
   upstream: [{ host: '127.0.0.1', port: (upstream.address() as AddressInfo).port }],

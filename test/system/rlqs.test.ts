@@ -201,7 +201,11 @@ function suite(store: Variant): void {
       const bucket = { route: '/checkout', tenant: 'acme' };
       const first = summary((await e.report('quota', [{ bucket, denied: 1 }]))[0]);
       assert.ok(first.tokens !== undefined);
-      const rls = () => remainingViaRls(s, [['tenant', 'acme'], ['route', '/checkout']]);
+      const rls = () =>
+        remainingViaRls(s, [
+          ['tenant', 'acme'],
+          ['route', '/checkout'],
+        ]);
       assert.equal(await rls(), 5 - first.tokens);
       // Envoy admitted 2 more than it held (its no-assignment behaviour let them through): counted.
       const second = summary((await e.report('quota', [{ bucket, allowed: first.tokens + 2, elapsedS: 5 }]))[0]);
@@ -246,7 +250,10 @@ function suite(store: Variant): void {
       const beforeUnknownDomain = await metric(s, 'sluice_rlqs_unknown_buckets_total', 'domain="(unknown)"');
       const e = stream();
       const actions = await e.report('quota', [{ bucket: { plan: 'gold' } }, { bucket: { nobody: 'x' } }, { bucket: { tenant: 'a', extra: 'b' } }]);
-      assert.deepEqual(actions.map((a) => summary(a).blanket), ['ALLOW_ALL', 'ALLOW_ALL', 'ALLOW_ALL']);
+      assert.deepEqual(
+        actions.map((a) => summary(a).blanket),
+        ['ALLOW_ALL', 'ALLOW_ALL', 'ALLOW_ALL'],
+      );
       assert.equal(await metric(s, 'sluice_rlqs_unknown_buckets_total', 'domain="quota"'), before + 2);
       const [other] = await e.report('not-configured', [{ bucket: { tenant: 'a' } }]);
       assert.equal(summary(other).blanket, 'ALLOW_ALL');
@@ -255,9 +262,15 @@ function suite(store: Variant): void {
 
     test('a malformed report ends the stream with INVALID_ARGUMENT and a message', async () => {
       for (const [report, message] of [
-        [{ domain: '', bucketQuotaUsages: [{ bucketId: { bucket: { tenant: 'a' } }, numRequestsAllowed: 0, numRequestsDenied: 0 }] }, /domain must not be empty/],
+        [
+          { domain: '', bucketQuotaUsages: [{ bucketId: { bucket: { tenant: 'a' } }, numRequestsAllowed: 0, numRequestsDenied: 0 }] },
+          /domain must not be empty/,
+        ],
         [{ domain: 'quota', bucketQuotaUsages: [] }, /no bucket_quota_usages/],
-        [{ domain: 'quota', bucketQuotaUsages: [{ bucketId: { bucket: {} }, numRequestsAllowed: 0, numRequestsDenied: 0 }] }, /bucket_quota_usages\[0\] has no bucket_id entries/],
+        [
+          { domain: 'quota', bucketQuotaUsages: [{ bucketId: { bucket: {} }, numRequestsAllowed: 0, numRequestsDenied: 0 }] },
+          /bucket_quota_usages\[0\] has no bucket_id entries/,
+        ],
       ] as const) {
         const e = stream();
         e.call.write(report as unknown as RateLimitQuotaUsageReports);

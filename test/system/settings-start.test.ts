@@ -9,19 +9,37 @@ import { runCli, spawnServer } from '../support/process';
 
 describe('REDIS_SOCKET_TYPE', () => {
   const refusals: [string, NodeJS.ProcessEnv, string][] = [
-    ['unix with a host:port URL', { REDIS_URL: 'redis:6379', REDIS_SOCKET_TYPE: 'unix' }, "REDIS_SOCKET_TYPE=unix but REDIS_URL is a network address ('redis:6379'); set tcp or leave it empty"],
-    ['unix with a redis:// URL, password redacted', { REDIS_URL: 'redis://:pw@redis:6379', REDIS_SOCKET_TYPE: 'UNIX' }, "REDIS_SOCKET_TYPE=unix but REDIS_URL is a network address ('redis://:[redacted]@redis:6379'); set tcp or leave it empty"],
-    ['tcp with a socket path', { REDIS_URL: '/var/run/redis.sock', REDIS_SOCKET_TYPE: 'tcp' }, "REDIS_SOCKET_TYPE=tcp but REDIS_URL is a unix socket path ('/var/run/redis.sock'); set unix or leave it empty"],
+    [
+      'unix with a host:port URL',
+      { REDIS_URL: 'redis:6379', REDIS_SOCKET_TYPE: 'unix' },
+      "REDIS_SOCKET_TYPE=unix but REDIS_URL is a network address ('redis:6379'); set tcp or leave it empty",
+    ],
+    [
+      'unix with a redis:// URL, password redacted',
+      { REDIS_URL: 'redis://:pw@redis:6379', REDIS_SOCKET_TYPE: 'UNIX' },
+      "REDIS_SOCKET_TYPE=unix but REDIS_URL is a network address ('redis://:[redacted]@redis:6379'); set tcp or leave it empty",
+    ],
+    [
+      'tcp with a socket path',
+      { REDIS_URL: '/var/run/redis.sock', REDIS_SOCKET_TYPE: 'tcp' },
+      "REDIS_SOCKET_TYPE=tcp but REDIS_URL is a unix socket path ('/var/run/redis.sock'); set unix or leave it empty",
+    ],
     ['an unknown type', { REDIS_URL: 'redis:6379', REDIS_SOCKET_TYPE: 'udp' }, "REDIS_SOCKET_TYPE: expected tcp or unix, got 'udp'"],
   ];
   for (const [name, env, message] of refusals) {
     test(`refused: ${name}`, () => {
-      assert.throws(() => loadSettings([], env), (e: Error) => e.message === message);
+      assert.throws(
+        () => loadSettings([], env),
+        (e: Error) => e.message === message,
+      );
     });
   }
 
   test('as its per-second twin, which names its own settings', () => {
-    assert.throws(() => loadSettings([], { REDIS_URL: 'redis:6379', REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: 'ps:6379', REDIS_PERSECOND_SOCKET_TYPE: 'unix' }), /REDIS_PERSECOND_SOCKET_TYPE=unix but REDIS_PERSECOND_URL is a network address/);
+    assert.throws(
+      () => loadSettings([], { REDIS_URL: 'redis:6379', REDIS_PERSECOND: 'true', REDIS_PERSECOND_URL: 'ps:6379', REDIS_PERSECOND_SOCKET_TYPE: 'unix' }),
+      /REDIS_PERSECOND_SOCKET_TYPE=unix but REDIS_PERSECOND_URL is a network address/,
+    );
   });
 
   test("accepted when it agrees with the URL (Envoy Gateway's tcp with host:port), and read by its flag", () => {
@@ -45,7 +63,9 @@ describe('PORT and HTTP_PORT both set', () => {
     const env = { HTTP_PORT: '8080', PORT: '9090' };
     const s = loadSettings([], env);
     assert.equal(s.httpPort, 8080);
-    assert.deepEqual(conflictingNames(s, env), [{ names: ['HTTP_PORT', 'PORT'], used: 'HTTP_PORT', message: 'HTTP_PORT=8080 and PORT=9090 are both set: HTTP_PORT is used' }]);
+    assert.deepEqual(conflictingNames(s, env), [
+      { names: ['HTTP_PORT', 'PORT'], used: 'HTTP_PORT', message: 'HTTP_PORT=8080 and PORT=9090 are both set: HTTP_PORT is used' },
+    ]);
   });
 
   test('the warning is a log line of the running process', async () => {
@@ -54,7 +74,10 @@ describe('PORT and HTTP_PORT both set', () => {
     try {
       const warning = await server.waitForLog((l) => l.event === 'settings_conflict');
       assert.equal(warning.level, 'warn');
-      assert.deepEqual([warning.names, warning.used, warning.msg], [['HTTP_PORT', 'PORT'], '--http-port', 'HTTP_PORT=1 and PORT=2 are both set: --http-port is used (a flag wins over the environment)']);
+      assert.deepEqual(
+        [warning.names, warning.used, warning.msg],
+        [['HTTP_PORT', 'PORT'], '--http-port', 'HTTP_PORT=1 and PORT=2 are both set: --http-port is used (a flag wins over the environment)'],
+      );
     } finally {
       await server.stop();
     }
@@ -63,6 +86,9 @@ describe('PORT and HTTP_PORT both set', () => {
   test('the same value twice is no conflict; every setting with two names is covered', () => {
     assert.deepEqual(conflictingNames(loadSettings([], { HTTP_PORT: '8080', PORT: '8080' }), { HTTP_PORT: '8080', PORT: '8080' }), []);
     const admin = { ADMIN_PORT: '6070', DEBUG_PORT: '6071' };
-    assert.deepEqual(conflictingNames(loadSettings([], admin), admin).map((c) => c.used), ['ADMIN_PORT']);
+    assert.deepEqual(
+      conflictingNames(loadSettings([], admin), admin).map((c) => c.used),
+      ['ADMIN_PORT'],
+    );
   });
 });

@@ -27,7 +27,12 @@ for (const impl of ['sluice', 'http2', 'grpc-js'] as const) {
       const session = http2.connect(`http://127.0.0.1:${app.grpcPort}`);
       session.on('error', () => undefined);
       try {
-        const stream = session.request({ ':method': 'POST', ':path': '/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit', 'content-type': 'application/grpc', te: 'trailers' });
+        const stream = session.request({
+          ':method': 'POST',
+          ':path': '/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit',
+          'content-type': 'application/grpc',
+          te: 'trailers',
+        });
         const chunks: Buffer[] = [];
         stream.on('data', (c: Buffer) => chunks.push(c));
         const trailers = new Promise<http2.IncomingHttpHeaders | string>((resolve) => {

@@ -50,7 +50,10 @@ async function loadThenTerm(args: string[], env: NodeJS.ProcessEnv = {}): Promis
     else tally.failed.set(what, (tally.failed.get(what) ?? 0) + 1);
   };
   // Separate subchannel pools: 8 connections, as 8 Envoys would open.
-  const clients = Array.from({ length: 8 }, () => new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 }));
+  const clients = Array.from(
+    { length: 8 },
+    () => new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 }),
+  );
   const grpcLoops = clients.flatMap((client, c) =>
     Array.from({ length: 4 }, async (_, s) => {
       for (let n = 0; sending; n++) {

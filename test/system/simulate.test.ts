@@ -44,7 +44,8 @@ describe('sluice simulate', () => {
   test('--help prints its options; a bad argument exits 2 naming it', async () => {
     const help = await runCli(['simulate', '--help']);
     assert.equal(help.code, 0);
-    for (const flag of ['--pattern', '--algorithm', '--limit', '--unit', '--period', '--burst', '--duration', '--out']) assert.ok(help.stdout.includes(flag), flag);
+    for (const flag of ['--pattern', '--algorithm', '--limit', '--unit', '--period', '--burst', '--duration', '--out'])
+      assert.ok(help.stdout.includes(flag), flag);
     const bad = await runCli(['simulate', '--pattern', 'sawtooth']);
     assert.equal(bad.code, 2);
     assert.match(bad.stderr, /^sluice simulate: --pattern must be one of steady, edge-burst, ramp, two-tenants, not 'sawtooth'\n$/);
@@ -71,10 +72,13 @@ describe('sluice simulate', () => {
     const perWindow = [0, 1, 2, 3, 4].map((w) => r.admitted.filter((a) => Math.floor(a.atMs / 1000) === w).length);
     assert.deepEqual(perWindow, [10, 10, 10, 10, 10]);
     // The first half of each window: requests at 0, 50, …, 450 ms into it.
-    assert.deepEqual(r.admitted.slice(0, 10).map((a) => a.atMs), [0, 50, 100, 150, 200, 250, 300, 350, 400, 450]);
+    assert.deepEqual(
+      r.admitted.slice(0, 10).map((a) => a.atMs),
+      [0, 50, 100, 150, 200, 250, 300, 350, 400, 450],
+    );
   });
 
-  test("edge-burst: fixed window admits 2 × the limit within one period straddling the edge; the others do not", async () => {
+  test('edge-burst: fixed window admits 2 × the limit within one period straddling the edge; the others do not', async () => {
     const run = await runCli(['simulate', '--pattern', 'edge-burst', '--limit', '10', '--duration', '2s', '--out', path.join(tmp, 'edge.svg')]);
     assert.equal(run.code, 0, run.stderr);
     // 10 requests at 905, 915, …, 995 ms and 10 at 1005, …, 1095 ms.
@@ -90,7 +94,7 @@ describe('sluice simulate', () => {
     assert.equal(straddling, 20);
   });
 
-  test('two tenants: the noisy one never takes the quiet one\'s budget', async () => {
+  test("two tenants: the noisy one never takes the quiet one's budget", async () => {
     const run = await runCli(['simulate', '--pattern', 'two-tenants', '--algorithm', 'gcra', '--duration', '3s']);
     assert.equal(run.code, 0, run.stderr);
     assert.match(run.stdout, /^gcra: admitted \d+\/105 \(quiet 15\/15, noisy \d+\/90\); max admitted by one key in any 1s: \d+$/m);
@@ -104,7 +108,10 @@ describe('sluice simulate', () => {
   test('the charts in docs/algorithms/ are what the commands in docs/algorithms.md produce', async () => {
     const doc = fs.readFileSync(path.join(REPO, 'docs/algorithms.md'), 'utf8');
     const commands = [...doc.matchAll(/^npx sluice simulate (.+)$/gm)].map((m) => m[1].trim().split(/\s+/));
-    const committed = fs.readdirSync(path.join(REPO, 'docs/algorithms')).filter((f) => f.endsWith('.svg')).sort();
+    const committed = fs
+      .readdirSync(path.join(REPO, 'docs/algorithms'))
+      .filter((f) => f.endsWith('.svg'))
+      .sort();
     const produced: string[] = [];
     for (const args of commands) {
       const i = args.indexOf('--out');

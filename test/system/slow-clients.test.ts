@@ -212,7 +212,10 @@ describe('algorithm edges through both stores (item 12)', () => {
   });
   const stores: { name: string; make: (clock: ManualClock) => Promise<Store> }[] = [
     { name: 'memory', make: async (clock) => new MemoryStore({ clock }) },
-    { name: 'redis', make: async (clock) => new RedisStore({ clients: [await readyClient()], cluster: false, explicitClock: clock, events: silentEvents, keyPrefix: 'hard:' }) },
+    {
+      name: 'redis',
+      make: async (clock) => new RedisStore({ clients: [await readyClient()], cluster: false, explicitClock: clock, events: silentEvents, keyPrefix: 'hard:' }),
+    },
   ];
   const once = async (store: Store, c: LimitCheck) => (await store.decide([c], { countDeniedHits: false })).outcomes[0];
 
@@ -228,7 +231,10 @@ describe('algorithm edges through both stores (item 12)', () => {
           // while the explicit clock stands still).
           for (let limit = 1; limit <= 200; limit++) {
             const c: LimitCheck = { ...check(`${name}:burst:${algorithm}:${limit}`, algorithm, limit, 1000), mode: 'shadow' };
-            const d = await store.decide(Array.from({ length: limit + 1 }, () => c), { countDeniedHits: false });
+            const d = await store.decide(
+              Array.from({ length: limit + 1 }, () => c),
+              { countDeniedHits: false },
+            );
             const admitted = d.outcomes.filter((o) => o.allowed).length;
             if (admitted !== limit || d.outcomes[limit].allowed) wrong.push(`${algorithm} ${limit}: ${admitted}`);
           }
@@ -270,9 +276,15 @@ describe('algorithm edges through both stores (item 12)', () => {
       try {
         const d = await store.decide([normal, huge], { countDeniedHits: false });
         assert.equal(d.admitted, true);
-        assert.deepEqual(d.outcomes.map((o) => o.remaining), [9, 9]);
+        assert.deepEqual(
+          d.outcomes.map((o) => o.remaining),
+          [9, 9],
+        );
         const again = await store.decide([normal, huge], { countDeniedHits: false });
-        assert.deepEqual(again.outcomes.map((o) => o.remaining), [8, 8]);
+        assert.deepEqual(
+          again.outcomes.map((o) => o.remaining),
+          [8, 8],
+        );
         if (name === 'redis') {
           const r = redisClient();
           const ttls = await Promise.all([normal, huge].map((c) => r.pttl(c.key)));

@@ -55,10 +55,19 @@ describe('a port in use', () => {
   });
 
   test('WORKERS=2: the primary says it once and exits 2, without restarting workers', async () => {
-    const { code, stdout, stderr } = await runCli(['serve', ...CONFIG], { ...FREE, GRPC_PORT: String(port), WORKERS: '2', STORE: 'redis', REDIS_URL: '127.0.0.1:1' });
+    const { code, stdout, stderr } = await runCli(['serve', ...CONFIG], {
+      ...FREE,
+      GRPC_PORT: String(port),
+      WORKERS: '2',
+      STORE: 'redis',
+      REDIS_URL: '127.0.0.1:1',
+    });
     assert.equal(code, 2, stderr);
     assert.equal(stderr.trim(), `sluice: GRPC_PORT=${port}: address 127.0.0.1:${port} is already in use`);
-    const events = stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => (JSON.parse(l) as { event?: string }).event);
+    const events = stdout
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => (JSON.parse(l) as { event?: string }).event);
     assert.equal(events.filter((e) => e === 'worker_started').length, 2);
     assert.equal(events.filter((e) => e === 'worker_exit').length, 0);
   });
@@ -84,7 +93,11 @@ describe('configuration mistakes found while starting (SettingsError)', () => {
   });
 
   test('gRPC TLS files that cannot be read, named as given', async () => {
-    const line = await startFails([], { GRPC_SERVER_USE_TLS: 'true', GRPC_SERVER_TLS_CERT: '/nonexistent/cert.pem', GRPC_SERVER_TLS_KEY: '/nonexistent/key.pem' });
+    const line = await startFails([], {
+      GRPC_SERVER_USE_TLS: 'true',
+      GRPC_SERVER_TLS_CERT: '/nonexistent/cert.pem',
+      GRPC_SERVER_TLS_KEY: '/nonexistent/key.pem',
+    });
     assert.equal(line, 'sluice: cannot read the gRPC TLS files GRPC_SERVER_TLS_CERT=/nonexistent/cert.pem, GRPC_SERVER_TLS_KEY=/nonexistent/key.pem');
   });
 

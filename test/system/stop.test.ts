@@ -30,9 +30,17 @@ test('a session destroyed just before the stop: the drain ends without waiting f
   const logger = createLogger('silent');
   const metrics = new Metrics({ defaultMetrics: false });
   const store = new MemoryStore({});
-  const config = new ConfigHolder(settings.configPaths, { mergeDomains: false, limits: { maxFileBytes: 1 << 20, maxDescriptors: 1000 }, logger, onLoad: () => undefined });
+  const config = new ConfigHolder(settings.configPaths, {
+    mergeDomains: false,
+    limits: { maxFileBytes: 1 << 20, maxDescriptors: 1000 },
+    logger,
+    onLoad: () => undefined,
+  });
   config.reload('startup');
-  const health = new HealthState(() => true, () => undefined);
+  const health = new HealthState(
+    () => true,
+    () => undefined,
+  );
   const service = new RateLimitService({ config, store, settings, sink: metricsDecisionSink(metrics, settings.nearLimitRatio), logger });
   const server = createGrpcServer({ service, health, metrics, logger });
   const port = await bindGrpc(server, '127.0.0.1', 0);

@@ -45,10 +45,24 @@ topologies.push(
 
 // Fixed windows as window-hash fields (WINDOW_COUNTERS=hash, the default; a cluster keeps a key
 // per counter all the same), and on one Redis also as keys of their own (WINDOW_COUNTERS=keys).
-const variants = [...topologies.map((t) => ({ ...t, windowHashes: true })), { ...topologies[0], name: 'standalone, WINDOW_COUNTERS=keys', windowHashes: false }];
+const variants = [
+  ...topologies.map((t) => ({ ...t, windowHashes: true })),
+  { ...topologies[0], name: 'standalone, WINDOW_COUNTERS=keys', windowHashes: false },
+];
 
 for (const t of variants) {
-  storeBehaviour(`redis ${t.name}`, async (clock) => new RedisStore({ clients: [await t.client()], cluster: t.cluster, explicitClock: clock, events: silentEvents, keyPrefix: 'test:', windowHashes: t.windowHashes }));
+  storeBehaviour(
+    `redis ${t.name}`,
+    async (clock) =>
+      new RedisStore({
+        clients: [await t.client()],
+        cluster: t.cluster,
+        explicitClock: clock,
+        events: silentEvents,
+        keyPrefix: 'test:',
+        windowHashes: t.windowHashes,
+      }),
+  );
 }
 
 const ALGORITHMS: Algorithm[] = ['fixed_window', 'sliding_window', 'token_bucket', 'gcra'];
@@ -67,7 +81,10 @@ function* trace(seed: number): Generator<{ advance: number; checks: LimitCheck[]
       const algorithm = ALGORITHMS[k % 4];
       const limit = 2 + (k % 5);
       checks.push({
-        key: counterKey({ domain: 'eq', entries: [{ key: 'tenant', value: `t${k}` }], algorithm, periodMs: 1000 * (1 + (k % 3)) }, { prefix: `eq${seed}:`, hashTag: 'descriptor' }),
+        key: counterKey(
+          { domain: 'eq', entries: [{ key: 'tenant', value: `t${k}` }], algorithm, periodMs: 1000 * (1 + (k % 3)) },
+          { prefix: `eq${seed}:`, hashTag: 'descriptor' },
+        ),
         algorithm,
         limit,
         periodMs: 1000 * (1 + (k % 3)),
@@ -85,7 +102,14 @@ describe('Redis and memory stores give identical answers to the same trace', () 
     test(t.name, async () => {
       const clock = new ManualClock(1_800_000_000_000);
       const memory = new MemoryStore({ clock });
-      const redis = new RedisStore({ clients: [await t.client()], cluster: t.cluster, explicitClock: clock, events: silentEvents, keyPrefix: 'test:', windowHashes: t.windowHashes });
+      const redis = new RedisStore({
+        clients: [await t.client()],
+        cluster: t.cluster,
+        explicitClock: clock,
+        events: silentEvents,
+        keyPrefix: 'test:',
+        windowHashes: t.windowHashes,
+      });
       let multiSlot = 0;
       try {
         for (const step of trace(t.name.length)) {
@@ -111,7 +135,10 @@ describe('Redis Cluster: a request spanning slots is all-or-nothing', () => {
     const client = (await topologies[2].client()) as Cluster;
     const store = new RedisStore({ clients: [client], cluster: true, events: silentEvents, keyPrefix: 'test:' });
     const mk = (tenant: string, limit: number): LimitCheck => ({
-      key: counterKey({ domain: 'aon', entries: [{ key: 'tenant', value: tenant }], algorithm: 'token_bucket', periodMs: 3_600_000 }, { prefix: 'x:', hashTag: 'descriptor' }),
+      key: counterKey(
+        { domain: 'aon', entries: [{ key: 'tenant', value: tenant }], algorithm: 'token_bucket', periodMs: 3_600_000 },
+        { prefix: 'x:', hashTag: 'descriptor' },
+      ),
       algorithm: 'token_bucket',
       limit,
       periodMs: 3_600_000,
@@ -150,7 +177,11 @@ describe('SCRIPT FLUSH during traffic', () => {
       let flushes = 0;
       const timer = setInterval(() => {
         const nodes = flusher instanceof Cluster ? flusher.nodes('master') : [flusher];
-        for (const n of nodes) n.script('FLUSH').then(() => flushes++, () => undefined);
+        for (const n of nodes)
+          n.script('FLUSH').then(
+            () => flushes++,
+            () => undefined,
+          );
       }, 5);
       let failures = 0;
       const errors: string[] = [];
@@ -158,10 +189,9 @@ describe('SCRIPT FLUSH during traffic', () => {
         for (let round = 0; round < 60; round++) {
           const batch = Array.from({ length: 20 }, (_, i) =>
             store
-              .decide(
-                [{ key: `flush:{t${i}}`, algorithm: ALGORITHMS[i % 4], limit: 1e6, periodMs: 60_000, burst: 1e6, hits: 1, mode: 'enforce' }],
-                { countDeniedHits: false },
-              )
+              .decide([{ key: `flush:{t${i}}`, algorithm: ALGORITHMS[i % 4], limit: 1e6, periodMs: 60_000, burst: 1e6, hits: 1, mode: 'enforce' }], {
+                countDeniedHits: false,
+              })
               .catch((err: Error) => (failures++, errors.push(err.message))),
           );
           await Promise.all(batch);

@@ -6,7 +6,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { type RateLimitRequest, type RateLimitResponse, RateLimitResponse_Code as Code, RateLimitServiceClient } from '../../src/gen/envoy/service/ratelimit/v3/rls';
+import {
+  type RateLimitRequest,
+  type RateLimitResponse,
+  RateLimitResponse_Code as Code,
+  RateLimitServiceClient,
+} from '../../src/gen/envoy/service/ratelimit/v3/rls';
 import { GRPC_SPAN, HTTP_SPAN, STORE_SPAN, tracesUrl } from '../../src/telemetry/tracing';
 import { defaultSettings, loadSettings, type Settings } from '../../src/settings';
 import { createLogger } from '../../src/logger';
@@ -61,7 +66,11 @@ const servers = (spans: Span[]) => spans.filter((s) => s.kind === KIND.SERVER);
 const children = (spans: Span[]) => spans.filter((s) => s.name === STORE_SPAN);
 
 // Both exporter protocols, and both gRPC servers (GRPC_SERVER_IMPL).
-const SUITES = [['http', 'grpc-js'], ['grpc', 'grpc-js'], ['http', 'http2']] as const;
+const SUITES = [
+  ['http', 'grpc-js'],
+  ['grpc', 'grpc-js'],
+  ['http', 'http2'],
+] as const;
 
 for (const [protocol, grpcServerImpl] of SUITES) {
   describe(`tracing, OTLP over ${protocol}, gRPC server ${grpcServerImpl}`, () => {
@@ -79,7 +88,15 @@ for (const [protocol, grpcServerImpl] of SUITES) {
     after(() => receiver.close());
 
     test('one SERVER span per ShouldRateLimit, with the domain, descriptor count, code, store and degraded', () => {
-      const got = servers(receiver.spans).map((s) => [s.name, s.attributes['ratelimit.code'], s.attributes['ratelimit.domain'], s.attributes['ratelimit.descriptors'], s.attributes['ratelimit.store'], s.attributes['ratelimit.degraded'], s.status]);
+      const got = servers(receiver.spans).map((s) => [
+        s.name,
+        s.attributes['ratelimit.code'],
+        s.attributes['ratelimit.domain'],
+        s.attributes['ratelimit.descriptors'],
+        s.attributes['ratelimit.store'],
+        s.attributes['ratelimit.degraded'],
+        s.status,
+      ]);
       const expected = [
         [GRPC_SPAN, 'OK', 'traced', 1, 'memory', false, 0],
         [GRPC_SPAN, 'OK', 'traced', 1, 'memory', false, 0],
@@ -95,19 +112,28 @@ for (const [protocol, grpcServerImpl] of SUITES) {
 
     test('transport attributes: rpc.* on gRPC spans, http.* on the POST /json span', () => {
       const grpcSpans = servers(receiver.spans).filter((s) => s.name === GRPC_SPAN);
-      assert.deepEqual(
-        grpcSpans.map((s) => [s.attributes['rpc.system.name'], s.attributes['rpc.method'], s.attributes['rpc.status_code']]).sort(),
-        [['grpc', GRPC_SPAN, 'INVALID_ARGUMENT'], ...Array(4).fill(['grpc', GRPC_SPAN, 'OK'])],
-      );
+      assert.deepEqual(grpcSpans.map((s) => [s.attributes['rpc.system.name'], s.attributes['rpc.method'], s.attributes['rpc.status_code']]).sort(), [
+        ['grpc', GRPC_SPAN, 'INVALID_ARGUMENT'],
+        ...Array(4).fill(['grpc', GRPC_SPAN, 'OK']),
+      ]);
       const [json] = servers(receiver.spans).filter((s) => s.name === HTTP_SPAN);
-      assert.deepEqual([json.attributes['http.request.method'], json.attributes['http.route'], json.attributes['http.response.status_code']], ['POST', '/json', 429]);
+      assert.deepEqual(
+        [json.attributes['http.request.method'], json.attributes['http.route'], json.attributes['http.response.status_code']],
+        ['POST', '/json', 429],
+      );
     });
 
     test("a caller's traceparent (gRPC metadata, HTTP header) is continued: its trace id, its span as parent", () => {
       const a = servers(receiver.spans).filter((s) => s.traceId === TRACE_A);
-      assert.deepEqual(a.map((s) => [s.name, s.parentSpanId, s.traceState]), [[GRPC_SPAN, PARENT_A, 'vendor=1']]);
+      assert.deepEqual(
+        a.map((s) => [s.name, s.parentSpanId, s.traceState]),
+        [[GRPC_SPAN, PARENT_A, 'vendor=1']],
+      );
       const b = servers(receiver.spans).filter((s) => s.traceId === TRACE_B);
-      assert.deepEqual(b.map((s) => [s.name, s.parentSpanId]), [[HTTP_SPAN, PARENT_B]]);
+      assert.deepEqual(
+        b.map((s) => [s.name, s.parentSpanId]),
+        [[HTTP_SPAN, PARENT_B]],
+      );
       const roots = servers(receiver.spans).filter((s) => s.parentSpanId === '');
       assert.equal(roots.length, 4, 'the other calls start their own traces');
       assert.equal(new Set(roots.map((s) => s.traceId)).size, 4);
@@ -119,7 +145,10 @@ for (const [protocol, grpcServerImpl] of SUITES) {
         const parent = byId.get(c.parentSpanId);
         assert.ok(parent, `store span ${c.spanId} has no server span as parent`);
         assert.equal(c.traceId, parent.traceId);
-        assert.deepEqual([c.kind, c.attributes['ratelimit.store'], c.attributes['ratelimit.checks'], c.attributes['ratelimit.degraded']], [KIND.INTERNAL, 'memory', 1, false]);
+        assert.deepEqual(
+          [c.kind, c.attributes['ratelimit.store'], c.attributes['ratelimit.checks'], c.attributes['ratelimit.degraded']],
+          [KIND.INTERNAL, 'memory', 1, false],
+        );
         return parent.attributes['ratelimit.code'];
       });
       // The call with no matching limit and the refused one never reach the store.
@@ -183,25 +212,40 @@ describe('tracing: sampling and degraded answers', () => {
       await call(s.client, { domain: 'traced', descriptors: [d(['tenant', 'u'])] }, traceparent(TRACE_B, PARENT_B, '00'));
       await call(s.client, { domain: 'traced', descriptors: [d(['tenant', 'v'])] }, traceparent(TRACE_A, PARENT_A, '01'));
     });
-    assert.deepEqual(spans.map((sp) => [sp.name, sp.traceId]).sort(), [[GRPC_SPAN, TRACE_A], [STORE_SPAN, TRACE_A]]);
+    assert.deepEqual(spans.map((sp) => [sp.name, sp.traceId]).sort(), [
+      [GRPC_SPAN, TRACE_A],
+      [STORE_SPAN, TRACE_A],
+    ]);
   });
 
   test('a degraded answer (Redis unreachable, local fallback) is marked on the call and on its store span', async () => {
     const spans = await spansOf({ store: 'redis', redisUrl: `redis://127.0.0.1:${await freePort()}`, fallbackPolicy: 'local' }, async (s) => {
       const r = await call(s.client, { domain: 'traced', descriptors: [d(['tenant', 'a'])] });
       assert.equal(r.overallCode, Code.OK);
-      assert.ok(r.responseHeadersToAdd.some((h) => h.key === 'x-ratelimit-degraded' && h.value === 'true'), 'the answer is degraded');
+      assert.ok(
+        r.responseHeadersToAdd.some((h) => h.key === 'x-ratelimit-degraded' && h.value === 'true'),
+        'the answer is degraded',
+      );
     });
     const [server] = servers(spans);
     const [store] = children(spans);
-    assert.deepEqual([server.attributes['ratelimit.store'], server.attributes['ratelimit.degraded'], server.attributes['ratelimit.code']], ['redis', true, 'OK']);
-    assert.deepEqual([store.kind, store.parentSpanId, store.attributes['ratelimit.store'], store.attributes['ratelimit.degraded']], [KIND.CLIENT, server.spanId, 'redis', true]);
+    assert.deepEqual(
+      [server.attributes['ratelimit.store'], server.attributes['ratelimit.degraded'], server.attributes['ratelimit.code']],
+      ['redis', true, 'OK'],
+    );
+    assert.deepEqual(
+      [store.kind, store.parentSpanId, store.attributes['ratelimit.store'], store.attributes['ratelimit.degraded']],
+      [KIND.CLIENT, server.spanId, 'redis', true],
+    );
     assert.equal(spans.length, 2);
   });
 
   test('a store failure (fallback deny) ends the call UNAVAILABLE, both spans marked as errors', async () => {
     const spans = await spansOf({ store: 'redis', redisUrl: `redis://127.0.0.1:${await freePort()}`, fallbackPolicy: 'deny' }, async (s) => {
-      await assert.rejects(call(s.client, { domain: 'traced', descriptors: [d(['tenant', 'a'])] }), (err: grpc.ServiceError) => err.code === grpc.status.UNAVAILABLE);
+      await assert.rejects(
+        call(s.client, { domain: 'traced', descriptors: [d(['tenant', 'a'])] }),
+        (err: grpc.ServiceError) => err.code === grpc.status.UNAVAILABLE,
+      );
     });
     const [server] = servers(spans);
     const [store] = children(spans);
@@ -227,7 +271,10 @@ describe('tracing: a collector that refuses the spans', () => {
       await s.stop();
       assert.equal(receiver.spans.length, 2, 'the call and its store span reached the collector, which refused them');
       const warnings = lines.filter((l) => l.event === 'tracing_error');
-      assert.deepEqual(warnings.map((l) => [l.level, /^tracing: the spans buffered at shutdown were not exported \(/.test(String(l.msg))]), [['warn', true]]);
+      assert.deepEqual(
+        warnings.map((l) => [l.level, /^tracing: the spans buffered at shutdown were not exported \(/.test(String(l.msg))]),
+        [['warn', true]],
+      );
       assert.equal(lines.filter((l) => l.event === 'stopped').length, 1);
     } finally {
       await receiver.close();
@@ -246,13 +293,30 @@ describe('tracing settings', () => {
   });
 
   test("upstream's names and defaults; bad values are refused naming the variable", () => {
-    const s = loadSettings([], { TRACING_ENABLED: 'true', TRACING_SAMPLING_RATE: '0.25', TRACING_EXPORTER_PROTOCOL: 'grpc', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4317' });
-    assert.deepEqual([s.tracingEnabled, s.tracingServiceName, s.tracingSamplingRate, s.tracingExporterProtocol, s.otlpEndpoint], [true, 'RateLimit', 0.25, 'grpc', 'http://c:4317']);
+    const s = loadSettings([], {
+      TRACING_ENABLED: 'true',
+      TRACING_SAMPLING_RATE: '0.25',
+      TRACING_EXPORTER_PROTOCOL: 'grpc',
+      OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4317',
+    });
+    assert.deepEqual(
+      [s.tracingEnabled, s.tracingServiceName, s.tracingSamplingRate, s.tracingExporterProtocol, s.otlpEndpoint],
+      [true, 'RateLimit', 0.25, 'grpc', 'http://c:4317'],
+    );
     assert.throws(() => loadSettings([], { TRACING_SAMPLING_RATE: '2' }), /^SettingsError: TRACING_SAMPLING_RATE: expected a number between 0 and 1, got '2'$/);
-    assert.throws(() => loadSettings([], { TRACING_EXPORTER_PROTOCOL: 'zipkin' }), /^SettingsError: TRACING_EXPORTER_PROTOCOL: expected one of http, grpc, got 'zipkin'$/);
-    assert.throws(() => loadSettings([], { OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' }), /^SettingsError: OTEL_EXPORTER_OTLP_ENDPOINT: expected an http:\/\/ or https:\/\/ URL, got 'collector:4318'$/);
+    assert.throws(
+      () => loadSettings([], { TRACING_EXPORTER_PROTOCOL: 'zipkin' }),
+      /^SettingsError: TRACING_EXPORTER_PROTOCOL: expected one of http, grpc, got 'zipkin'$/,
+    );
+    assert.throws(
+      () => loadSettings([], { OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' }),
+      /^SettingsError: OTEL_EXPORTER_OTLP_ENDPOINT: expected an http:\/\/ or https:\/\/ URL, got 'collector:4318'$/,
+    );
     assert.throws(() => loadSettings([], { OTEL_EXPORTER_OTLP_HEADERS: 'authorization' }), /^SettingsError: OTEL_EXPORTER_OTLP_HEADERS: expected key=value/);
-    assert.throws(() => loadSettings([], { OTEL_EXPORTER_OTLP_HEADERS: 'a=%zz-secret' }), (err: Error) => err.message === "OTEL_EXPORTER_OTLP_HEADERS: the value of 'a' is not valid URL encoding" && !err.message.includes('secret'));
+    assert.throws(
+      () => loadSettings([], { OTEL_EXPORTER_OTLP_HEADERS: 'a=%zz-secret' }),
+      (err: Error) => err.message === "OTEL_EXPORTER_OTLP_HEADERS: the value of 'a' is not valid URL encoding" && !err.message.includes('secret'),
+    );
   });
 });
 
@@ -267,13 +331,18 @@ describe('tracing off', () => {
     const client = new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure());
     try {
       assert.equal((await call(client, { domain: 'traced', descriptors: [d(['tenant', 'a'])] }, traceparent(TRACE_A, PARENT_A))).overallCode, Code.OK);
-      const res = await fetch(`http://127.0.0.1:${server.httpPort}/json`, { method: 'POST', body: JSON.stringify({ domain: 'traced', descriptors: [{ entries: [{ key: 'other', value: 'x' }] }] }) });
+      const res = await fetch(`http://127.0.0.1:${server.httpPort}/json`, {
+        method: 'POST',
+        body: JSON.stringify({ domain: 'traced', descriptors: [{ entries: [{ key: 'other', value: 'x' }] }] }),
+      });
       assert.equal(res.status, 200);
     } finally {
       client.close();
       assert.equal(await server.stop(), 0);
     }
-    const packages = (JSON.parse(fs.readFileSync(out, 'utf8')) as string[]).map((file) => /node_modules\/(@opentelemetry\/[^/]+)\//.exec(file)?.[1]).filter((p) => p !== undefined);
+    const packages = (JSON.parse(fs.readFileSync(out, 'utf8')) as string[])
+      .map((file) => /node_modules\/(@opentelemetry\/[^/]+)\//.exec(file)?.[1])
+      .filter((p) => p !== undefined);
     return [...new Set(packages)].sort();
   }
 
@@ -285,9 +354,18 @@ describe('tracing off', () => {
     const receiver = await httpReceiver();
     try {
       const loaded = await loadedOtelPackages({ TRACING_ENABLED: 'true', OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint });
-      for (const p of ['@opentelemetry/sdk-trace-base', '@opentelemetry/exporter-trace-otlp-http', '@opentelemetry/resources', '@opentelemetry/core']) assert.ok(loaded.includes(p), `${p} not loaded: ${loaded.join(', ')}`);
+      for (const p of ['@opentelemetry/sdk-trace-base', '@opentelemetry/exporter-trace-otlp-http', '@opentelemetry/resources', '@opentelemetry/core'])
+        assert.ok(loaded.includes(p), `${p} not loaded: ${loaded.join(', ')}`);
       assert.ok(!loaded.includes('@opentelemetry/exporter-trace-otlp-grpc'), 'the grpc exporter only with TRACING_EXPORTER_PROTOCOL=grpc');
-      assert.deepEqual(servers(receiver.spans).map((s) => [s.name, s.traceId === TRACE_A ? s.parentSpanId : 'root']).sort(), [[HTTP_SPAN, 'root'], [GRPC_SPAN, PARENT_A]]);
+      assert.deepEqual(
+        servers(receiver.spans)
+          .map((s) => [s.name, s.traceId === TRACE_A ? s.parentSpanId : 'root'])
+          .sort(),
+        [
+          [HTTP_SPAN, 'root'],
+          [GRPC_SPAN, PARENT_A],
+        ],
+      );
     } finally {
       await receiver.close();
     }

@@ -27,7 +27,14 @@ describe("upstream's key format (its cache_key.go: prefix, domain_, key_value_ p
     assert.equal(upstreamKey(parts([['tenant', 'acme']]), '', NOW), `edge_tenant_acme_${SEC - 30}`);
   });
   test('two entries, the prefix as given, every unit', () => {
-    const two = (periodMs: number) => parts([['tenant', 'acme'], ['route', '/v1/pay']], periodMs);
+    const two = (periodMs: number) =>
+      parts(
+        [
+          ['tenant', 'acme'],
+          ['route', '/v1/pay'],
+        ],
+        periodMs,
+      );
     assert.equal(upstreamKey(two(1_000), 'ratelimit_', NOW), `ratelimit_edge_tenant_acme_route_/v1/pay_${SEC}`);
     assert.equal(upstreamKey(two(60_000), 'ratelimit_', NOW), `ratelimit_edge_tenant_acme_route_/v1/pay_${SEC - 30}`);
     assert.equal(upstreamKey(two(3_600_000), 'ratelimit_', NOW), `ratelimit_edge_tenant_acme_route_/v1/pay_${SEC - 30}`);
@@ -60,9 +67,24 @@ describe('sluice and an upstream replica share one counter on one Redis', () => 
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-upstream-layout-'));
     fs.writeFileSync(
       path.join(dir, 'edge.yaml'),
-      ['domain: edge', 'descriptors:', '  - key: tenant', '    rate_limit: { unit: minute, requests_per_unit: 5 }', '  - key: user', '    rate_limit: { unit: minute, requests_per_unit: 5, algorithm: sliding_window }', ''].join('\n'),
+      [
+        'domain: edge',
+        'descriptors:',
+        '  - key: tenant',
+        '    rate_limit: { unit: minute, requests_per_unit: 5 }',
+        '  - key: user',
+        '    rate_limit: { unit: minute, requests_per_unit: 5, algorithm: sliding_window }',
+        '',
+      ].join('\n'),
     );
-    app = await startApp({ configPaths: [dir], store: 'redis', redisUrl: `127.0.0.1:${node.port}`, cacheKeyPrefix: '', keyLayout: 'upstream', leaseAutoThreshold: 0 });
+    app = await startApp({
+      configPaths: [dir],
+      store: 'redis',
+      redisUrl: `127.0.0.1:${node.port}`,
+      cacheKeyPrefix: '',
+      keyLayout: 'upstream',
+      leaseAutoThreshold: 0,
+    });
     redis = new Redis({ port: node.port, host: '127.0.0.1' });
     const until = Date.now() + 10_000;
     while (app.app.health.status !== 'SERVING' && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
@@ -81,8 +103,14 @@ describe('sluice and an upstream replica share one counter on one Redis', () => 
     await redis.expire(key, 60);
     const answers = [];
     for (let i = 0; i < 4; i++) answers.push(await app.call({ domain: 'edge', descriptors: [d(['tenant', 'acme'])] }));
-    assert.deepEqual(answers.map((a) => a.statuses[0].limitRemaining), [2, 1, 0, 0]);
-    assert.deepEqual(answers.map((a) => a.overallCode), [1, 1, 1, 2]);
+    assert.deepEqual(
+      answers.map((a) => a.statuses[0].limitRemaining),
+      [2, 1, 0, 0],
+    );
+    assert.deepEqual(
+      answers.map((a) => a.overallCode),
+      [1, 1, 1, 2],
+    );
     // The count is a plain integer: upstream's next INCRBY goes on from it.
     assert.equal(await redis.get(key), '5');
     assert.equal(await redis.incrby(key, 1), 6);

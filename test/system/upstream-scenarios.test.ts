@@ -145,7 +145,10 @@ function assertStatus(actual: Status, want: Expected, at: { sentAt: number; answ
   const period = PERIOD_S[want.limit[1]]!;
   const left = (ms: number) => period - (Math.floor(ms / 1000) % period);
   const seconds = durationUntilReset?.seconds;
-  assert.ok(seconds !== undefined && seconds >= left(at.answeredAt) && seconds <= left(at.sentAt) && durationUntilReset?.nanos === 0, `${where}: duration_until_reset ${JSON.stringify(durationUntilReset)}`);
+  assert.ok(
+    seconds !== undefined && seconds >= left(at.answeredAt) && seconds <= left(at.sentAt) && durationUntilReset?.nanos === 0,
+    `${where}: duration_until_reset ${JSON.stringify(durationUntilReset)}`,
+  );
 }
 
 function assertAnswer(mode: Mode, got: Awaited<ReturnType<Sluice['call']>>, overall: Code, statuses: Expected[], where: string): void {
@@ -257,7 +260,14 @@ describe('envoyproxy/ratelimit integration scenarios, COMPAT_MODE=upstream and n
 
   before(async () => {
     const auth = { args: ['--requirepass', 'password123'] };
-    [redis, authRedis, cluster, sentinel, perSecond, authPerSecond] = await Promise.all([startRedis(), startRedis(auth), startCluster(), startSentinelSet(), startRedis(), startRedis(auth)]);
+    [redis, authRedis, cluster, sentinel, perSecond, authPerSecond] = await Promise.all([
+      startRedis(),
+      startRedis(auth),
+      startCluster(),
+      startSentinelSet(),
+      startRedis(),
+      startRedis(auth),
+    ]);
   });
   after(() => stopAll());
 
@@ -290,15 +300,27 @@ describe('envoyproxy/ratelimit integration scenarios, COMPAT_MODE=upstream and n
       test('stop cache key increment when over limit', () =>
         run({ ...single(), STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true' }, basic({ localCache: false, stopIncrement: true })));
       test('local cache and stop cache key increment when over limit', () =>
-        run({ ...single(), LOCAL_CACHE_SIZE_IN_BYTES: '1000', STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true' }, basic({ localCache: true, stopIncrement: true })));
+        run(
+          { ...single(), LOCAL_CACHE_SIZE_IN_BYTES: '1000', STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true' },
+          basic({ localCache: true, stopIncrement: true }),
+        ));
       test('Redis auth', () =>
-        run({ REDIS_SOCKET_TYPE: 'tcp', REDIS_URL: `localhost:${authRedis.port}`, REDIS_AUTH: 'password123', LOCAL_CACHE_SIZE_IN_BYTES: '1000' }, basic({ localCache: true, stopIncrement: false }), async () => [authRedis]));
+        run(
+          { REDIS_SOCKET_TYPE: 'tcp', REDIS_URL: `localhost:${authRedis.port}`, REDIS_AUTH: 'password123', LOCAL_CACHE_SIZE_IN_BYTES: '1000' },
+          basic({ localCache: true, stopIncrement: false }),
+          async () => [authRedis],
+        ));
       // TestBasicAuthConfig's four subtests in turn: both Redis with a password, nothing flushed
       // between them, a new sluice each (issue 37: the count it lost there was a minute boundary
       // crossed mid-test by a slow harness; with REDIS_PERSECOND, the per-second cache's lookups
       // were missing from missCount).
       test("Redis auth: upstream's four subtests in sequence, a sluice each, nothing flushed", async () => {
-        for (const [split, localCache] of [[false, false], [true, false], [false, true], [true, true]]) {
+        for (const [split, localCache] of [
+          [false, false],
+          [true, false],
+          [false, true],
+          [true, true],
+        ]) {
           const env = {
             REDIS_SOCKET_TYPE: 'tcp',
             REDIS_URL: `localhost:${authRedis.port}`,
@@ -319,9 +341,17 @@ describe('envoyproxy/ratelimit integration scenarios, COMPAT_MODE=upstream and n
         }
       });
       test('Redis Cluster', () =>
-        run({ REDIS_TYPE: 'cluster', REDIS_URL: cluster.nodes.map((n) => `localhost:${n.port}`).join(',') }, basic({ localCache: false, stopIncrement: false }), () => cluster.primaries()));
+        run(
+          { REDIS_TYPE: 'cluster', REDIS_URL: cluster.nodes.map((n) => `localhost:${n.port}`).join(',') },
+          basic({ localCache: false, stopIncrement: false }),
+          () => cluster.primaries(),
+        ));
       test('Redis Sentinel', () =>
-        run({ REDIS_TYPE: 'sentinel', REDIS_URL: `${sentinel.masterName},localhost:${sentinel.sentinel.port}` }, basic({ localCache: false, stopIncrement: false }), async () => [sentinel.primary]));
+        run(
+          { REDIS_TYPE: 'sentinel', REDIS_URL: `${sentinel.masterName},localhost:${sentinel.sentinel.port}` },
+          basic({ localCache: false, stopIncrement: false }),
+          async () => [sentinel.primary],
+        ));
       test('config reload', () => run(single(), (s) => reloadScenario(s, mode)));
       test('share threshold', () => run(single(), (s) => shareThresholdScenario(s, mode)));
       test('per-second limits on their own Redis: the same answers; key1 (per second) there, key2 and key3 on the main one', () =>
@@ -335,7 +365,13 @@ describe('envoyproxy/ratelimit integration scenarios, COMPAT_MODE=upstream and n
             // end of its window and the key expired before KEYS ran).
             let second: string[] = [];
             for (let attempt = 0; attempt < 5 && second.length === 0; attempt++) {
-              assertAnswer(mode, await s.call('basic', [[['key1', `probe${attempt}`]]]), Code.OK, [{ code: Code.OK, limit: [50, Unit.SECOND], remaining: 49 }], 'key1 probe');
+              assertAnswer(
+                mode,
+                await s.call('basic', [[['key1', `probe${attempt}`]]]),
+                Code.OK,
+                [{ code: Code.OK, limit: [50, Unit.SECOND], remaining: 49 }],
+                'key1 probe',
+              );
               second = await counters(perSecond);
             }
             const main = await counters(redis);
@@ -376,9 +412,16 @@ describe('COMPAT_MODE settings', () => {
   });
 
   test('contradictions and bad values are errors naming the settings', () => {
-    const fails = (env: Record<string, string>, message: RegExp) => assert.throws(() => settings(env), (err: Error) => err instanceof SettingsError && message.test(err.message));
+    const fails = (env: Record<string, string>, message: RegExp) =>
+      assert.throws(
+        () => settings(env),
+        (err: Error) => err instanceof SettingsError && message.test(err.message),
+      );
     fails({ COMPAT_MODE: 'envoy' }, /^COMPAT_MODE: expected one of native, upstream, got 'envoy'$/);
-    fails({ STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true', COUNT_DENIED_HITS: 'true' }, /STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true cannot be combined with COUNT_DENIED_HITS=true/);
+    fails(
+      { STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true', COUNT_DENIED_HITS: 'true' },
+      /STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true cannot be combined with COUNT_DENIED_HITS=true/,
+    );
     fails({ LOCAL_CACHE_SIZE_IN_BYTES: '1000', OVER_LIMIT_CACHE_SIZE: '5' }, /OVER_LIMIT_CACHE_SIZE .* and LOCAL_CACHE_SIZE_IN_BYTES .* set one of them/);
     fails({ LOCAL_CACHE_SIZE_IN_BYTES: '1kb' }, /^LOCAL_CACHE_SIZE_IN_BYTES: expected an integer/);
   });

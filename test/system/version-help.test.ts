@@ -33,7 +33,11 @@ describe('the version', () => {
     const sink = new Writable({ write: (c: Buffer, _e, done) => ((logs += c.toString()), done()) });
     const s = await startApp({ configPaths: [EXAMPLE] }, { logger: createLogger('info', sink) });
     try {
-      const starting = logs.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.event === 'starting');
+      const starting = logs
+        .split('\n')
+        .filter((l) => l !== '')
+        .map((l) => JSON.parse(l) as Record<string, unknown>)
+        .find((l) => l.event === 'starting');
       assert.deepEqual(starting?.build, { version: VERSION, node: process.versions.node });
       assert.match(String(starting?.msg), new RegExp(`sluice ${VERSION.replace(/\./g, '\\.')} starting`));
       const settings = (await (await s.admin('/settings')).json()) as Record<string, unknown>;
@@ -89,7 +93,11 @@ describe('--help', () => {
     for (const s of SETTINGS) assert.match(stdout, new RegExp(`^  --${s.flag}  .*  ${defaultText(s).replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}  `, 'm'), s.flag);
   });
 
-  for (const args of [['check', '--help'], ['check', '-h'], ['help', 'check']]) {
+  for (const args of [
+    ['check', '--help'],
+    ['check', '-h'],
+    ['help', 'check'],
+  ]) {
     test(`sluice ${args.join(' ')} prints check's usage`, async () => {
       const { code, stdout } = await runCli(args);
       assert.equal(code, 0);
@@ -99,7 +107,10 @@ describe('--help', () => {
     });
   }
 
-  for (const args of [['simulate', '--help'], ['help', 'simulate']]) {
+  for (const args of [
+    ['simulate', '--help'],
+    ['help', 'simulate'],
+  ]) {
     test(`sluice ${args.join(' ')} prints simulate's usage`, async () => {
       const { code, stdout } = await runCli(args);
       assert.equal(code, 0);

@@ -37,7 +37,10 @@ function writeConfig(dir: string, limit: number): void {
 
 // Separate HTTP/2 connections (grpc-js would otherwise share one between clients to one address).
 function connect(port: number, n: number): RateLimitServiceClient[] {
-  return Array.from({ length: n }, () => new RateLimitServiceClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 }));
+  return Array.from(
+    { length: n },
+    () => new RateLimitServiceClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 }),
+  );
 }
 
 const workerRequests = async (httpPort: number) => {
@@ -60,7 +63,9 @@ async function connectToEveryWorker(ports: { grpcPort: number; httpPort: number 
     if (now.every((n, i) => n > base[i])) return clients;
   }
   for (const c of clients) c.close();
-  throw new Error(`after ${clients.length} connections a worker had answered none of them: calls per worker ${base.join(', ')} before, ${now.join(', ')} after`);
+  throw new Error(
+    `after ${clients.length} connections a worker had answered none of them: calls per worker ${base.join(', ')} before, ${now.join(', ')} after`,
+  );
 }
 
 function call(client: RateLimitServiceClient, request: Partial<RateLimitRequest>): Promise<RateLimitResponse> {
@@ -97,7 +102,10 @@ describe('WORKERS=2 with the Redis store', () => {
     dir = configDir(LIMIT);
     listenerPort = await freePort();
     const listener = { USE_PROMETHEUS: 'true', PROMETHEUS_ADDR: `127.0.0.1:${listenerPort}` };
-    server = await spawnServer(['--config', dir, '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--workers', '2', '--drain-timeout', '30s'], listener);
+    server = await spawnServer(
+      ['--config', dir, '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--workers', '2', '--drain-timeout', '30s'],
+      listener,
+    );
     await waitReady(server);
     clients = await connectToEveryWorker(server);
   });
@@ -111,7 +119,13 @@ describe('WORKERS=2 with the Redis store', () => {
     const workers = await server.waitForLog((l) => l.event === 'workers');
     assert.equal(workers.workers, 2);
     assert.equal(workers.why, 'WORKERS=2');
-    assert.deepEqual(server.logs.filter((l) => l.event === 'worker_started').map((l) => l.worker).sort(), [1, 2]);
+    assert.deepEqual(
+      server.logs
+        .filter((l) => l.event === 'worker_started')
+        .map((l) => l.worker)
+        .sort(),
+      [1, 2],
+    );
   });
 
   test(`${CALLS} concurrent calls over connections to both workers: exactly ${LIMIT} admitted; both workers answered; metrics and the USE_PROMETHEUS listener count each call once`, async () => {
@@ -142,7 +156,10 @@ describe('WORKERS=2 with the Redis store', () => {
       assert.equal(metricSum(text, 'sluice_requests_total', { code: 'OK' }) + metricSum(text, 'sluice_requests_total', { code: 'OVER_LIMIT' }) - before, CALLS);
       assert.equal(metricSum(text, 'ratelimit_service_rate_limit_total_hits', { domain: 'w' }) - hitsBefore, CALLS);
       const perWorker = [1, 2].map((w) => metricSum(text, 'sluice_worker_requests', { worker: String(w) }));
-      assert.ok(perWorker.every((n) => n > 0), `calls per worker: ${perWorker.join(', ')}`);
+      assert.ok(
+        perWorker.every((n) => n > 0),
+        `calls per worker: ${perWorker.join(', ')}`,
+      );
       assert.equal(perWorker[0] + perWorker[1], metricSum(text, 'sluice_requests_total'));
       assert.equal(metricSum(text, 'sluice_workers', { state: 'expected' }), 2);
       assert.equal(metricSum(text, 'sluice_workers', { state: 'serving' }), 2);
@@ -151,7 +168,13 @@ describe('WORKERS=2 with the Redis store', () => {
       // The listener, on a new connection each time (so on either worker), speaks for the set too.
       const u = await upstream();
       assert.deepEqual(
-        { hits: u.hits - listenerBefore.hits, over: u.over - listenerBefore.over, calls: u.calls - listenerBefore.calls, timed: u.timed - listenerBefore.timed, loads: u.loads },
+        {
+          hits: u.hits - listenerBefore.hits,
+          over: u.over - listenerBefore.over,
+          calls: u.calls - listenerBefore.calls,
+          timed: u.timed - listenerBefore.timed,
+          loads: u.loads,
+        },
         { hits: CALLS, over: CALLS - LIMIT, calls: CALLS, timed: CALLS, loads: 1 },
       );
     }
@@ -166,7 +189,10 @@ describe('WORKERS=2 with the Redis store', () => {
     for (const w of [1, 2]) await server.waitForLog((l) => workerLog('config_loaded', w)(l) && server.logs.indexOf(l) >= loadsBefore);
     const request = { descriptors: [d(['k', `reload-${Date.now()}`])] };
     const answers = await Promise.all(clients.map((c) => call(c, request)));
-    assert.deepEqual(answers.map((a) => a.statuses[0].currentLimit?.requestsPerUnit), clients.map(() => LIMIT + 7));
+    assert.deepEqual(
+      answers.map((a) => a.statuses[0].currentLimit?.requestsPerUnit),
+      clients.map(() => LIMIT + 7),
+    );
   });
 
   test('health speaks for the set; a killed worker is restarted and decisions keep working', async () => {
@@ -200,7 +226,10 @@ describe('WORKERS=2 with the Redis store', () => {
     const code = await server.stop('SIGTERM');
     assert.equal(code, 0);
     for (const w of [1, 2]) assert.ok(server.logs.some(workerLog('stopped', w)), `worker ${w} logged stopped`);
-    assert.ok(server.logs.some((l) => l.event === 'stopped' && l.worker === undefined), 'the primary logged stopped');
+    assert.ok(
+      server.logs.some((l) => l.event === 'stopped' && l.worker === undefined),
+      'the primary logged stopped',
+    );
     assert.equal(server.logs.filter((l) => l.event === 'drain_timeout').length, 0);
   });
 });

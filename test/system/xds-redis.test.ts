@@ -61,7 +61,9 @@ describe("Envoy Gateway's environment", () => {
     let replicas: ServerProcess[] = [];
     let clients: RateLimitServiceClient[] = [];
     try {
-      replicas = await spawnServers(metricsPorts.map((port, i) => () => spawnServer([], { ...env, PROMETHEUS_ADDR: `:${port}`, TRACING_SERVICE_INSTANCE_ID: `replica-${i}` })));
+      replicas = await spawnServers(
+        metricsPorts.map((port, i) => () => spawnServer([], { ...env, PROMETHEUS_ADDR: `:${port}`, TRACING_SERVICE_INSTANCE_ID: `replica-${i}` })),
+      );
       // Envoy Gateway sets GRPC_SERVER_TLS_CA_CERT, which upstream does not read: no client certificate.
       const tls = grpc.credentials.createSsl(fs.readFileSync(certs.file('ca.crt')));
       clients = replicas.map((r) => new RateLimitServiceClient(`127.0.0.1:${r.grpcPort}`, tls));

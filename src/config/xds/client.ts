@@ -1,10 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import type { ConfigError } from '../../errors';
-import {
-  AggregatedDiscoveryServiceClient,
-  type DiscoveryRequest,
-  type DiscoveryResponse,
-} from '../../gen/envoy/service/discovery/v3/discovery';
+import { AggregatedDiscoveryServiceClient, type DiscoveryRequest, type DiscoveryResponse } from '../../gen/envoy/service/discovery/v3/discovery';
 import type { Node } from '../../gen/envoy/config/core/v3/node';
 import type { Logger } from '../../logger';
 import { type BackoffOptions, backoffDelay } from './backoff';
@@ -73,7 +69,11 @@ export class XdsConfigClient {
     let call: grpc.ClientDuplexStream<DiscoveryRequest, DiscoveryResponse>;
     // Unreadable certificate files or an unparsable URL: reported and retried, never a crash.
     try {
-      this.client = new AggregatedDiscoveryServiceClient(serverUrl, xdsCredentials(this.o.tls), xdsChannelOptions({ ...this.o.tls, maxMsgBytes: this.o.maxMsgBytes }));
+      this.client = new AggregatedDiscoveryServiceClient(
+        serverUrl,
+        xdsCredentials(this.o.tls),
+        xdsChannelOptions({ ...this.o.tls, maxMsgBytes: this.o.maxMsgBytes }),
+      );
       const metadata = new grpc.Metadata();
       for (const [k, v] of Object.entries(this.o.headers)) metadata.set(k, v);
       // Not waitForReady: an unreachable control plane fails the stream at once, so reconnects
@@ -84,7 +84,10 @@ export class XdsConfigClient {
       return this.retry(gen);
     }
     this.call = call;
-    logger.info({ event: 'xds_connecting', server: serverUrl, node: this.o.node.id, version: this.ackedVersion }, `xDS: subscribing to RateLimitConfig at ${serverUrl}`);
+    logger.info(
+      { event: 'xds_connecting', server: serverUrl, node: this.o.node.id, version: this.ackedVersion },
+      `xDS: subscribing to RateLimitConfig at ${serverUrl}`,
+    );
     call.on('data', (response: DiscoveryResponse) => gen === this.generation && this.onResponse(response));
     call.on('error', (err: grpc.ServiceError) => gen === this.generation && this.onLost(gen, `${grpc.status[err.code] ?? err.code}: ${err.details}`));
     call.on('end', () => gen === this.generation && this.onLost(gen, 'stream closed by the control plane'));
@@ -107,11 +110,17 @@ export class XdsConfigClient {
     const verdict = this.o.apply(response);
     if (verdict.ok) {
       this.ackedVersion = response.versionInfo;
-      logger.info({ event: 'xds_ack', version: response.versionInfo, nonce: response.nonce, resources: response.resources.length }, `xDS: config version ${response.versionInfo} applied (ACK)`);
+      logger.info(
+        { event: 'xds_ack', version: response.versionInfo, nonce: response.nonce, resources: response.resources.length },
+        `xDS: config version ${response.versionInfo} applied (ACK)`,
+      );
       this.send({ versionInfo: response.versionInfo, resourceNames: [], typeUrl: RATE_LIMIT_CONFIG_TYPE, responseNonce: response.nonce });
       return;
     }
-    this.nack(response, verdict.errors.map((e) => e.message));
+    this.nack(
+      response,
+      verdict.errors.map((e) => e.message),
+    );
   }
 
   // The version stays the last good one: the control plane learns what is still served.
@@ -131,7 +140,10 @@ export class XdsConfigClient {
   }
 
   private onLost(gen: number, why: string): void {
-    this.o.logger.warn({ event: 'xds_stream_lost', server: this.o.serverUrl, reason: why, version: this.ackedVersion }, `xDS: stream to ${this.o.serverUrl} lost (${why}); ${this.ackedVersion === '' ? 'no config received yet' : `still serving version ${this.ackedVersion}`}`);
+    this.o.logger.warn(
+      { event: 'xds_stream_lost', server: this.o.serverUrl, reason: why, version: this.ackedVersion },
+      `xDS: stream to ${this.o.serverUrl} lost (${why}); ${this.ackedVersion === '' ? 'no config received yet' : `still serving version ${this.ackedVersion}`}`,
+    );
     this.call = undefined;
     this.retry(gen);
   }

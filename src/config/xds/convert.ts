@@ -1,11 +1,6 @@
 import { ConfigError } from '../../errors';
 import type { Any } from '../../gen/google/protobuf/any';
-import {
-  RateLimitConfig,
-  type RateLimitDescriptor,
-  type RateLimitPolicy,
-  rateLimitUnitToJSON,
-} from '../../gen/ratelimit/config/ratelimit/v3/rls_conf';
+import { RateLimitConfig, type RateLimitDescriptor, type RateLimitPolicy, rateLimitUnitToJSON } from '../../gen/ratelimit/config/ratelimit/v3/rls_conf';
 import { type ConfigLimits, DEFAULT_CONFIG_LIMITS, LimitError, LoadBudget, MAX_DESCRIPTOR_DEPTH } from '../limits';
 import type { RawConfigFile, RawDescriptor, RawRateLimit } from '../parse';
 

@@ -47,6 +47,9 @@ function abuseReport(deps: GrpcDeps): (c: WireConnection, what: string) => void 
     const unlogged = abuse();
     if (unlogged === undefined) return;
     const peer = `${c.socket.remoteAddress}:${c.socket.remotePort}`;
-    deps.logger.warn({ event: 'grpc_connection_abusive', peer, reason: what, unlogged }, `gRPC connection from ${peer} closed (GOAWAY ENHANCE_YOUR_CALM): past its budget of ${what}`);
+    deps.logger.warn(
+      { event: 'grpc_connection_abusive', peer, reason: what, unlogged },
+      `gRPC connection from ${peer} closed (GOAWAY ENHANCE_YOUR_CALM): past its budget of ${what}`,
+    );
   };
 }

@@ -3,11 +3,42 @@ import tls from 'node:tls';
 import type { RequestHeaders } from './call';
 import { type AbuseLimits, Budget, DEFAULT_LIMITS } from './budget';
 import {
-  ACK, COMPRESSION_ERROR, CONTINUATION, DATA, DEFAULT_FRAME_SIZE, DEFAULT_WINDOW, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM,
-  FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADERS, INTERNAL_ERROR, MAX_WINDOW, NO_ERROR, PADDED, PING, PREFACE, PRIORITY,
-  PRIORITY_FLAG, PROTOCOL_ERROR, PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTINGS, SETTINGS_ENABLE_PUSH, SETTINGS_HEADER_TABLE_SIZE,
-  SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_CONCURRENT_STREAMS, SETTINGS_MAX_FRAME_SIZE, SETTINGS_MAX_HEADER_LIST_SIZE, STREAM_CLOSED,
-  u32, WINDOW_UPDATE, writeFrameHeader,
+  ACK,
+  COMPRESSION_ERROR,
+  CONTINUATION,
+  DATA,
+  DEFAULT_FRAME_SIZE,
+  DEFAULT_WINDOW,
+  END_HEADERS,
+  END_STREAM,
+  ENHANCE_YOUR_CALM,
+  FLOW_CONTROL_ERROR,
+  FRAME_SIZE_ERROR,
+  GOAWAY,
+  HEADERS,
+  INTERNAL_ERROR,
+  MAX_WINDOW,
+  NO_ERROR,
+  PADDED,
+  PING,
+  PREFACE,
+  PRIORITY,
+  PRIORITY_FLAG,
+  PROTOCOL_ERROR,
+  PUSH_PROMISE,
+  REFUSED_STREAM,
+  RST_STREAM,
+  SETTINGS,
+  SETTINGS_ENABLE_PUSH,
+  SETTINGS_HEADER_TABLE_SIZE,
+  SETTINGS_INITIAL_WINDOW_SIZE,
+  SETTINGS_MAX_CONCURRENT_STREAMS,
+  SETTINGS_MAX_FRAME_SIZE,
+  SETTINGS_MAX_HEADER_LIST_SIZE,
+  STREAM_CLOSED,
+  u32,
+  WINDOW_UPDATE,
+  writeFrameHeader,
 } from './frames';
 import { HpackBomb, HpackDecoder, HpackError } from './hpack';
 import { contentLength, requestHeaders } from './request-headers';
@@ -494,13 +525,15 @@ export class WireConnection implements StreamOwner {
     }
     this.queue(SETTINGS, ACK, 0, undefined);
     // Only a larger initial window can let blocked answers move; each stream is visited once.
-    if (opened) for (const stream of this.streams.values()) if (stream.hasPending && stream.sendWindow > 0 && !stream.waitingForConnection) stream.sendPending();
+    if (opened)
+      for (const stream of this.streams.values()) if (stream.hasPending && stream.sendWindow > 0 && !stream.waitingForConnection) stream.sendPending();
   }
 
   private windowUpdate(id: number, buf: Buffer, start: number, end: number): void {
     if (end - start !== 4) throw new ConnectionError(FRAME_SIZE_ERROR, 'WINDOW_UPDATE size');
     const limits = this.shared.limits;
-    if (++this.windowUpdates > limits.windowUpdates + 2 * this.streamsOpened + limits.windowUpdatesPerData * this.dataSent) return this.abuse('WINDOW_UPDATE frames');
+    if (++this.windowUpdates > limits.windowUpdates + 2 * this.streamsOpened + limits.windowUpdatesPerData * this.dataSent)
+      return this.abuse('WINDOW_UPDATE frames');
     const increment = buf.readUInt32BE(start) & 0x7fffffff;
     if (id === 0) {
       if (increment === 0) throw new ConnectionError(PROTOCOL_ERROR, 'WINDOW_UPDATE of 0');
@@ -731,14 +764,17 @@ export class WireServer {
   private readonly sweeper: NodeJS.Timeout | undefined;
   readonly server: net.Server;
 
-  constructor(
-    options: WireOptions,
-    onStream: StreamHandler,
-    tlsOptions?: tls.TlsOptions,
-    acceptsPeer?: (socket: tls.TLSSocket) => boolean,
-  ) {
+  constructor(options: WireOptions, onStream: StreamHandler, tlsOptions?: tls.TlsOptions, acceptsPeer?: (socket: tls.TLSSocket) => boolean) {
     const onClose = (c: WireConnection) => this.connections.delete(c);
-    this.shared = { opening: openingFrames(options), options, limits: { ...DEFAULT_LIMITS, ...options.limits }, window: receiveWindowFor(options), onStream, onClose, onAbuse: options.onAbuse };
+    this.shared = {
+      opening: openingFrames(options),
+      options,
+      limits: { ...DEFAULT_LIMITS, ...options.limits },
+      window: receiveWindowFor(options),
+      onStream,
+      onClose,
+      onAbuse: options.onAbuse,
+    };
     const accept = (socket: net.Socket) => this.connections.add(new WireConnection(socket, this.shared));
     if (tlsOptions === undefined) {
       this.server = net.createServer(accept);

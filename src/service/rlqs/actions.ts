@@ -4,7 +4,6 @@ import { MAX_UINT32 } from '../../model';
 
 export type ActionKind = 'token_bucket' | 'allow_all' | 'deny_all' | 'abandon';
 
-
 // A token bucket that (practically) never refills: Envoy gets `units` and no more until the next
 // assignment. Envoy needs a refill (tokens_per_fill > 0, fill_interval ≥ 1 s): one token a day is
 // at most a fraction of a token over an assignment's life.

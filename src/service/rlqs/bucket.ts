@@ -43,7 +43,10 @@ export function validateReport(pb: RateLimitQuotaUsageReports, bounds: RequestBo
     }
     const elapsed = u.timeElapsed;
     if (elapsed !== undefined && (elapsed.seconds < 0 || elapsed.nanos < 0)) throw new InvalidRequestError(`${where} time_elapsed must not be negative`);
-    for (const [name, n] of [['num_requests_allowed', u.numRequestsAllowed], ['num_requests_denied', u.numRequestsDenied]] as const) {
+    for (const [name, n] of [
+      ['num_requests_allowed', u.numRequestsAllowed],
+      ['num_requests_denied', u.numRequestsDenied],
+    ] as const) {
       if (!Number.isSafeInteger(n) || n < 0 || n > MAX_HITS) throw new InvalidRequestError(`${where} ${name} must be 0..${MAX_HITS}`);
     }
     entries.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));

@@ -2,7 +2,11 @@ import { type Clock, monotonicClock } from '../../clock';
 import type { ConfigHolder } from '../../config/holder';
 import type { RateLimitRule } from '../../config/types';
 import { UnavailableError } from '../../errors';
-import type { RateLimitQuotaResponse, RateLimitQuotaResponse_BucketAction as PbAction, RateLimitQuotaUsageReports } from '../../gen/envoy/service/rate_limit_quota/v3/rlqs';
+import type {
+  RateLimitQuotaResponse,
+  RateLimitQuotaResponse_BucketAction as PbAction,
+  RateLimitQuotaUsageReports,
+} from '../../gen/envoy/service/rate_limit_quota/v3/rlqs';
 import { planRequest, type LimiterSettings } from '../../limiter/limiter';
 import type { Logger } from '../../logger';
 import type { Entry } from '../../model';
@@ -171,7 +175,8 @@ export class QuotaStream {
   // each in turn).
   receive(pb: RateLimitQuotaUsageReports): void {
     if (this.ended) return;
-    if (++this.pending > MAX_PENDING_REPORTS) return this.end(new ResourceExhaustedError(`more than ${MAX_PENDING_REPORTS} usage reports waiting on one stream`));
+    if (++this.pending > MAX_PENDING_REPORTS)
+      return this.end(new ResourceExhaustedError(`more than ${MAX_PENDING_REPORTS} usage reports waiting on one stream`));
     this.chain = this.chain.then(async () => {
       this.pending--;
       if (this.ended) return;
@@ -213,7 +218,10 @@ export class QuotaStream {
     const known = config?.domains.has(report.domain) === true;
     d.events.report(known ? report.domain : '', report.usages.length);
     if (config === undefined) {
-      d.logger.warn({ event: 'rlqs_no_config', domain: report.domain }, 'RLQS usage report not answered: no rate limit configuration loaded (Envoy keeps its assignments until their TTL)');
+      d.logger.warn(
+        { event: 'rlqs_no_config', domain: report.domain },
+        'RLQS usage report not answered: no rate limit configuration loaded (Envoy keeps its assignments until their TTL)',
+      );
       return undefined;
     }
     const actions: PbAction[] = [];
@@ -270,7 +278,10 @@ export class QuotaStream {
     } catch (err) {
       if (err instanceof ResourceExhaustedError) throw err;
       // Envoy keeps its assignment until its TTL, then its no_assignment_behavior decides.
-      d.logger.warn({ event: 'rlqs_store_failed', domain, bucket: usage.bucket, err: (err as Error)?.message }, 'RLQS bucket not answered: the counter store failed');
+      d.logger.warn(
+        { event: 'rlqs_store_failed', domain, bucket: usage.bucket, err: (err as Error)?.message },
+        'RLQS bucket not answered: the counter store failed',
+      );
       return undefined;
     }
   }

@@ -177,7 +177,10 @@ export function validateRedisUrl(s: RedisTarget): void {
   const message = `REDIS_URL: '${redactRedisUrl(s.redisUrl)}' ${problem}; ${FORMS[s.redisType]}`;
   // The problems and forms are written with REDIS_URL's names; another Redis' replace them.
   const names = s.names;
-  const named = names === undefined ? message : message.replace(/\bREDIS_(URL|TYPE|AUTH)\b/g, (_, n: string) => (n === 'URL' ? names.url : n === 'TYPE' ? names.type : names.auth));
+  const named =
+    names === undefined
+      ? message
+      : message.replace(/\bREDIS_(URL|TYPE|AUTH)\b/g, (_, n: string) => (n === 'URL' ? names.url : n === 'TYPE' ? names.type : names.auth));
   throw new SettingsError(named);
 }
 
@@ -198,7 +201,11 @@ function tls(s: RedisTarget, forced: boolean): ConnectionOptions | undefined {
       throw new SettingsError(`${setting}: cannot read '${p}': ${(err as Error).message}`);
     }
   };
-  const options: ConnectionOptions = { ca: file(s.redisTlsCaCert, 'REDIS_TLS_CACERT'), cert: file(s.redisTlsClientCert, 'REDIS_TLS_CLIENT_CERT'), key: file(s.redisTlsClientKey, 'REDIS_TLS_CLIENT_KEY') };
+  const options: ConnectionOptions = {
+    ca: file(s.redisTlsCaCert, 'REDIS_TLS_CACERT'),
+    cert: file(s.redisTlsClientCert, 'REDIS_TLS_CLIENT_CERT'),
+    key: file(s.redisTlsClientKey, 'REDIS_TLS_CLIENT_KEY'),
+  };
   if (s.redisTlsSkipHostnameVerification) options.checkServerIdentity = () => undefined;
   return options;
 }

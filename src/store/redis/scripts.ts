@@ -38,7 +38,11 @@ export function loadScripts(): Scripts {
   const evalScripts = Object.fromEntries(
     NAMES.map((name) => [name, `${algorithms}\nlocal function main(KEYS, ARGV)\n${bodies[name]}\nend\nreturn main(KEYS, ARGV)\n`]),
   ) as Record<ScriptName, string>;
-  const hash = createHash('sha1').update(algorithms).update(NAMES.map((n) => bodies[n]).join('\0')).digest('hex').slice(0, 12);
+  const hash = createHash('sha1')
+    .update(algorithms)
+    .update(NAMES.map((n) => bodies[n]).join('\0'))
+    .digest('hex')
+    .slice(0, 12);
   const libraryName = `sluice_${hash}`;
   const functions = Object.fromEntries(NAMES.map((name) => [name, `${libraryName}_${name}`])) as Record<ScriptName, string>;
   const library = [

@@ -62,7 +62,8 @@ export abstract class RedisSharedOps implements SharedOps {
     await this.inBatches(entries, (batch) => {
       const args: Arg[] = batch.map((e) => e.key);
       args.push(this.time());
-      for (const e of batch) args.push(luaAlgorithm(e, this.windows), e.limit, e.periodMs, e.burst, e.hits, e.windowStartMs ?? '', e.ageMs, e.debt === true ? 1 : 0);
+      for (const e of batch)
+        args.push(luaAlgorithm(e, this.windows), e.limit, e.periodMs, e.burst, e.hits, e.windowStartMs ?? '', e.ageMs, e.debt === true ? 1 : 0);
       return this.runner.run('absorb', 'absorb', batch.length, args);
     });
   }
@@ -89,13 +90,35 @@ export abstract class RedisSharedOps implements SharedOps {
 
   // Gives back `units` taken by a lease at `takenAtMs` (Redis time) that were not used.
   async giveBack(spec: LimitSpec & { key: string }, units: number, takenAtMs: number): Promise<void> {
-    await this.runner.run('give_back', 'refund', 1, [spec.key, this.time(), luaAlgorithm(spec, this.windows), spec.limit, spec.periodMs, spec.burst, units, takenAtMs]);
+    await this.runner.run('give_back', 'refund', 1, [
+      spec.key,
+      this.time(),
+      luaAlgorithm(spec, this.windows),
+      spec.limit,
+      spec.periodMs,
+      spec.burst,
+      units,
+      takenAtMs,
+    ]);
   }
 
   // Adds leased units to a regional allowance and holds (or releases) the region's refill lock
   // (lua/credit.lua). Returns the units it holds now.
   async credit(c: AllowanceCredit): Promise<number> {
-    const args: Arg[] = [c.key, c.lockKey, this.time(), c.units, c.ttlMs, c.globalRemaining, c.globalResetMs, c.globalRetryMs === Infinity ? 'inf' : c.globalRetryMs, c.takenAtMs, c.windowMs ?? '', c.holdMs, c.startsInMs ?? ''];
+    const args: Arg[] = [
+      c.key,
+      c.lockKey,
+      this.time(),
+      c.units,
+      c.ttlMs,
+      c.globalRemaining,
+      c.globalResetMs,
+      c.globalRetryMs === Infinity ? 'inf' : c.globalRetryMs,
+      c.takenAtMs,
+      c.windowMs ?? '',
+      c.holdMs,
+      c.startsInMs ?? '',
+    ];
     return Number(await this.runner.run('credit', 'credit', 2, args));
   }
 

@@ -86,11 +86,17 @@ export class RedisStore extends RedisSharedOps implements Store {
 
   async close(): Promise<void> {
     this.closed = true;
-    await settledWithin(this.refunds.drain().catch(() => undefined), CLOSE_WAIT_MS);
+    await settledWithin(
+      this.refunds.drain().catch(() => undefined),
+      CLOSE_WAIT_MS,
+    );
     this.refunds.close();
     await Promise.all(
       this.options.clients.map(async (c) => {
-        await settledWithin(c.quit().catch(() => undefined), CLOSE_WAIT_MS);
+        await settledWithin(
+          c.quit().catch(() => undefined),
+          CLOSE_WAIT_MS,
+        );
         c.disconnect();
       }),
     );
@@ -138,7 +144,14 @@ export class RedisStore extends RedisSharedOps implements Store {
     const groups = await Promise.all(this.groups(checks).map((idx) => this.decideGroup(checks, idx, options.countDeniedHits, 'peek', 'peek')));
     const outcomes: AllowanceOutcome[] = [];
     for (const g of groups) g.checks.forEach((i, j) => (outcomes[i] = g.outcomes[j]));
-    return { admitted: admits(checks.map((c) => c.mode), outcomes.map((o) => o.allowed)), outcomes, storeTimeMs: latest(groups) };
+    return {
+      admitted: admits(
+        checks.map((c) => c.mode),
+        outcomes.map((o) => o.allowed),
+      ),
+      outcomes,
+      storeTimeMs: latest(groups),
+    };
   }
 
   // On one Redis (not a cluster), the requests that reach the store in one turn of the event loop
@@ -183,13 +196,23 @@ export class RedisStore extends RedisSharedOps implements Store {
       requests = live;
     }
     this.decideMany(requests, countDenied, 'request', 'decide').then(
-      (results) => results.forEach((r, i) => (r instanceof Error ? requests[i].reject(r) : requests[i].resolve({ admitted: r.admitted, outcomes: r.outcomes, storeTimeMs: r.now }))),
+      (results) =>
+        results.forEach((r, i) =>
+          r instanceof Error ? requests[i].reject(r) : requests[i].resolve({ admitted: r.admitted, outcomes: r.outcomes, storeTimeMs: r.now }),
+        ),
       (err: unknown) => requests.forEach((r) => r.reject(err)),
     );
   }
 
   // One decide script call for one request (one slot group of it on a cluster).
-  private async decideGroup(all: readonly LimitCheck[], idx: number[], countDenied: boolean, scope: 'request' | 'group' | 'peek', operation: string, client?: RedisClient): Promise<GroupResult> {
+  private async decideGroup(
+    all: readonly LimitCheck[],
+    idx: number[],
+    countDenied: boolean,
+    scope: 'request' | 'group' | 'peek',
+    operation: string,
+    client?: RedisClient,
+  ): Promise<GroupResult> {
     const [g] = await this.decideMany([{ all, idx }], countDenied, scope, operation, client);
     if (g instanceof Error) throw g;
     return g;
@@ -217,7 +240,6 @@ export class RedisStore extends RedisSharedOps implements Store {
     return readDecideReply(reply, requests, scope);
   }
 
-
   // One real decision round-tripped: the decide script in peek mode on a key of its own, through
   // every pool connection that is up, so that when it resolves every call sent before it on those
   // connections has been answered (each connection keeps order). Fails when any of them fails.
@@ -229,7 +251,15 @@ export class RedisStore extends RedisSharedOps implements Store {
   }
 
   private async probeWith(client: RedisClient): Promise<{ nowMs: number }> {
-    const check: LimitCheck = { key: `${this.options.keyPrefix}{sluice-probe}`, algorithm: 'fixed_window', limit: 1, periodMs: 1000, burst: 1, hits: 0, mode: 'enforce' };
+    const check: LimitCheck = {
+      key: `${this.options.keyPrefix}{sluice-probe}`,
+      algorithm: 'fixed_window',
+      limit: 1,
+      periodMs: 1000,
+      burst: 1,
+      hits: 0,
+      mode: 'enforce',
+    };
     const g = await this.decideGroup([check], [0], false, 'peek', 'probe', client);
     return { nowMs: g.now };
   }
@@ -296,7 +326,10 @@ export class RedisStore extends RedisSharedOps implements Store {
         before[i] = g.before![j];
       });
     }
-    const admitted = admits(all.map((c) => c.mode), outcomes.map((o) => o.allowed));
+    const admitted = admits(
+      all.map((c) => c.mode),
+      outcomes.map((o) => o.allowed),
+    );
     if (!admitted && !options.countDeniedHits) {
       this.refunds.add(consumed(all, groups));
       outcomes.forEach((o, i) => {
@@ -309,4 +342,3 @@ export class RedisStore extends RedisSharedOps implements Store {
     return { admitted, outcomes, storeTimeMs: latest(groups) };
   }
 }
-

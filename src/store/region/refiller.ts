@@ -175,9 +175,23 @@ export class Refiller {
     const size = this.size(check);
     const spec = { key: check.key, ...specOf(check) };
     const sentAt = this.o.clock.now();
-    const grant = await this.link.lease(spec, size, { key: this.keys.demand(check.key), region: this.o.region, rate: this.regionRate(check.key), staleMs: 3 * this.o.horizonMs, windowStartMs: next });
+    const grant = await this.link.lease(spec, size, {
+      key: this.keys.demand(check.key),
+      region: this.o.region,
+      rate: this.regionRate(check.key),
+      staleMs: 3 * this.o.horizonMs,
+      windowStartMs: next,
+    });
     if (grant.granted <= 0) return;
-    const base = { key: this.keys.pool(check.key), lockKey: lock, units: grant.granted, globalRemaining: grant.remaining, globalResetMs: grant.resetMs, globalRetryMs: grant.retryAfterMs, windowMs: check.periodMs };
+    const base = {
+      key: this.keys.pool(check.key),
+      lockKey: lock,
+      units: grant.granted,
+      globalRemaining: grant.remaining,
+      globalResetMs: grant.resetMs,
+      globalRetryMs: grant.retryAfterMs,
+      windowMs: check.periodMs,
+    };
     const keepLock = Math.max(1, holdMs - (this.o.clock.now() - sentAt));
     // Taken ahead (the global Redis' clock still in the window before), or, when the window had
     // begun there, units of the current window.
@@ -203,7 +217,12 @@ export class Refiller {
     const spec = { key: check.key, ...specOf(check) };
     let grant: LeaseGrant;
     try {
-      grant = await this.link.lease(spec, wanted, { key: this.keys.demand(check.key), region: this.o.region, rate: this.regionRate(check.key), staleMs: 3 * this.o.horizonMs });
+      grant = await this.link.lease(spec, wanted, {
+        key: this.keys.demand(check.key),
+        region: this.o.region,
+        rate: this.regionRate(check.key),
+        staleMs: 3 * this.o.horizonMs,
+      });
     } catch {
       // The lock, left to expire, is the region's backoff.
       return 'failed';

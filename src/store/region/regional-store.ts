@@ -126,7 +126,12 @@ export class RegionalStore implements Store, SharedOps {
   }
 
   peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
-    return this.decideRouted(checks, checks.map((c) => this.route(c, options.domain)), options, true);
+    return this.decideRouted(
+      checks,
+      checks.map((c) => this.route(c, options.domain)),
+      options,
+      true,
+    );
   }
 
   ready(): boolean {
@@ -272,7 +277,12 @@ export class RegionalStore implements Store, SharedOps {
     return policy.kind === 'deny' ? 'pool' : policy.kind === 'allow' ? 'allow' : 'partition';
   }
 
-  private async decideRouted(checks: readonly LimitCheck[], routes: readonly Route[], options: DecideOptions, peek = false): Promise<Decision<AllowanceOutcome>> {
+  private async decideRouted(
+    checks: readonly LimitCheck[],
+    routes: readonly Route[],
+    options: DecideOptions,
+    peek = false,
+  ): Promise<Decision<AllowanceOutcome>> {
     const inner: LimitCheck[] = [];
     const at: number[] = [];
     routes.forEach((r, i) => {
@@ -282,9 +292,19 @@ export class RegionalStore implements Store, SharedOps {
     });
     const d = inner.length === 0 ? undefined : peek ? await this.regional.peek(inner, options) : await this.regional.decide(inner, options);
     if (d !== undefined && inner.length === checks.length && routes.every((r) => r === 'pool')) return d;
-    const outcomes: AllowanceOutcome[] = checks.map(() => ({ allowed: true, consumed: false, remaining: undefined, resetMs: undefined, retryAfterMs: 0, usedBefore: 0 }));
+    const outcomes: AllowanceOutcome[] = checks.map(() => ({
+      allowed: true,
+      consumed: false,
+      remaining: undefined,
+      resetMs: undefined,
+      retryAfterMs: 0,
+      usedBefore: 0,
+    }));
     at.forEach((i, j) => (outcomes[i] = d!.outcomes[j]));
-    const admitted = admits(checks.map((c) => c.mode), outcomes.map((o) => o.allowed));
+    const admitted = admits(
+      checks.map((c) => c.mode),
+      outcomes.map((o) => o.allowed),
+    );
     const allow = routes.includes('allow');
     return { admitted, outcomes, storeTimeMs: d?.storeTimeMs, degraded: { policy: allow ? 'allow' : 'local', reason: this.cutOffReason(options.domain) } };
   }
@@ -344,7 +364,12 @@ export class RegionalStore implements Store, SharedOps {
       if (policy.kind === 'deny') return false;
       const fresh = short.filter((i) => !this.dry.has(checks[i].key));
       for (const i of fresh) this.dry.add(checks[i].key);
-      if (policy.kind === 'share') await this.startEmpty(fresh.map((i) => checks[i]), options.domain, storeTimeMs);
+      if (policy.kind === 'share')
+        await this.startEmpty(
+          fresh.map((i) => checks[i]),
+          options.domain,
+          storeTimeMs,
+        );
       return true;
     }
     // Cold (no allowance yet), or dry with a refill that should bring units (the global budget

@@ -25,6 +25,7 @@ function regionBase(regional: RedisStore, o: RegionOptions, ctx: StackContext): 
   const region = createRegion(regional, o, ctx);
   // A replica's lease of the allowance answers without the regional Redis; a request it cannot
   // serve goes the ordinary way at once (one regional round trip, as without leases).
-  const leasePolicy: StackBase['leasePolicy'] = (defaults) => (region.replicaLeases ? new ReplicaLeases(region, o.leaseTtlMs) : new RegionAutoLeases(region, defaults));
+  const leasePolicy: StackBase['leasePolicy'] = (defaults) =>
+    region.replicaLeases ? new ReplicaLeases(region, o.leaseTtlMs) : new RegionAutoLeases(region, defaults);
   return { store: region, region, leasePolicy };
 }

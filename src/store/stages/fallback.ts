@@ -134,7 +134,9 @@ export class FallbackStage extends Stage {
     const windowOf = (c: LimitCheck) => (isWindow(c) ? windowStart(this.o.storeClock.now(), c.periodMs) : undefined);
     // Admitting what cannot be written back would break the budget: a full journal denies.
     if (!this.o.journal.canTake(checks, windowOf)) {
-      const denied = checks.map((): LimitOutcome => ({ allowed: false, consumed: false, remaining: undefined, resetMs: undefined, retryAfterMs: 1000, usedBefore: 0 }));
+      const denied = checks.map(
+        (): LimitOutcome => ({ allowed: false, consumed: false, remaining: undefined, resetMs: undefined, retryAfterMs: 1000, usedBefore: 0 }),
+      );
       return { admitted: false, outcomes: denied, degraded: { policy, reason: `${reason}; write-back journal full` } };
     }
     const decision = this.o.local.decideNow(this.localChecks(checks), options);
@@ -159,8 +161,7 @@ export class FallbackStage extends Stage {
           if (ref !== undefined && consumed) {
             this.o.journal.cancel(ref);
             if (redis.storeTimeMs !== undefined) this.o.own.add(c, c.hits, redis.storeTimeMs);
-          }
-          else if (ref !== undefined) this.o.journal.settle(ref);
+          } else if (ref !== undefined) this.o.journal.settle(ref);
           else if (consumed && redis.storeTimeMs !== undefined) {
             refunds.push({ key: c.key, ...specOf(c), hits: c.hits, decidedAtMs: redis.storeTimeMs });
           }
@@ -197,6 +198,8 @@ function reasonOf(err: unknown): string {
 
 // The allow policy admits and says nothing about what remains: it does not know.
 function allowAll(checks: readonly LimitCheck[], reason: string): Decision {
-  const outcomes = checks.map((): LimitOutcome => ({ allowed: true, consumed: false, remaining: undefined, resetMs: undefined, retryAfterMs: 0, usedBefore: 0 }));
+  const outcomes = checks.map(
+    (): LimitOutcome => ({ allowed: true, consumed: false, remaining: undefined, resetMs: undefined, retryAfterMs: 0, usedBefore: 0 }),
+  );
   return { admitted: true, outcomes, degraded: { policy: 'allow', reason } };
 }

@@ -349,11 +349,14 @@ export class LeaseStage extends Stage {
   // the policy says so and nothing else took, cleared or retook it meanwhile.
   private retakeAt(entry: Exhausted): void {
     const key = entry.check.key;
-    const timer = setTimeout(() => {
-      this.retakes.delete(timer);
-      if (this.exhausted.get(key) !== entry || entry.retakeUntil !== undefined || !this.o.policy.retake(entry.check, false)) return;
-      if (!this.retake(entry)) this.exhausted.delete(key);
-    }, Math.max(0, entry.until - this.o.clock.now()));
+    const timer = setTimeout(
+      () => {
+        this.retakes.delete(timer);
+        if (this.exhausted.get(key) !== entry || entry.retakeUntil !== undefined || !this.o.policy.retake(entry.check, false)) return;
+        if (!this.retake(entry)) this.exhausted.delete(key);
+      },
+      Math.max(0, entry.until - this.o.clock.now()),
+    );
     timer.unref();
     this.retakes.add(timer);
   }

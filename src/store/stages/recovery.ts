@@ -94,7 +94,10 @@ export class Recovery {
     // A frozen Redis answers the probe when it thaws, long after this attempt gave up: recover
     // then, at once, rather than a cool-down later (replicas recovering together keep the window
     // where one decides on Redis before another's write-back lands short).
-    probing.then(() => this.breaker?.probeNow('Redis answered a late probe'), () => undefined);
+    probing.then(
+      () => this.breaker?.probeNow('Redis answered a late probe'),
+      () => undefined,
+    );
     const probe = await answeredWithin(probing, stalledMs, 'recovery probe');
     this.o.storeClock.observe(probe.nowMs, sent, clock.now());
     const beat = await answeredWithin(redis.heartbeat(this.o.replicaId, this.o.replicaTtlMs, epoch.proposal), stalledMs, 'recovery heartbeat');

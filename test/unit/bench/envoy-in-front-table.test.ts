@@ -45,7 +45,15 @@ describe('bench: Envoy in front', () => {
 
   test('knobs: defaults, a short run, and a bad value named', () => {
     assert.deepEqual(envoyScale({}), { scale: 1, rate: 800, steady: 4800, starts: 5, burnerSteady: 7000, burner: true, workers: 'auto' });
-    assert.deepEqual(envoyScale({ BENCH_ENVOY_SCALE: '0.1', BENCH_ENVOY_BURNER: '0' }), { scale: 0.1, rate: 800, steady: 480, starts: 1, burnerSteady: 700, burner: false, workers: 'auto' });
+    assert.deepEqual(envoyScale({ BENCH_ENVOY_SCALE: '0.1', BENCH_ENVOY_BURNER: '0' }), {
+      scale: 0.1,
+      rate: 800,
+      steady: 480,
+      starts: 1,
+      burnerSteady: 700,
+      burner: false,
+      workers: 'auto',
+    });
     assert.throws(() => envoyScale({ BENCH_ENVOY_SCALE: 'fast' }), /^Error: BENCH_ENVOY_SCALE=fast: expected a number above 0$/);
     assert.throws(() => envoyScale({ BENCH_ENVOY_RATE: '0' }), /BENCH_ENVOY_RATE=0/);
     assert.throws(() => envoyScale({ BENCH_ENVOY_BURNER: 'yes' }), /BENCH_ENVOY_BURNER=yes: expected 0 or 1/);
@@ -56,7 +64,11 @@ describe('bench: Envoy in front', () => {
   test("the table: Envoy's counters for each service side by side", () => {
     const lines = envoyInFrontTable(envoyScale({}), figures, figures).split('\n');
     assert.equal(lines.length, 2 + 6);
-    const cells = (i: number) => lines[i].split(' | ').slice(1).map((c) => c.replace(/ \|$/, ''));
+    const cells = (i: number) =>
+      lines[i]
+        .split(' | ')
+        .slice(1)
+        .map((c) => c.replace(/ \|$/, ''));
     assert.deepEqual(cells(2), Array(2).fill('10 × 200, 30 × 429, x-ratelimit headers on 40 (ok 10 / over_limit 30 / error 0)'));
     assert.deepEqual(cells(3), Array(2).fill('ok 4,797 / over_limit 0 / error 3, service CPU 150 µs/request'));
     assert.match(lines[4], /\| 7 of 40, 0 × 5xx \(ok 7 \/ over_limit 33 \/ error 0, 40 decided without Redis\) \|/);
@@ -64,7 +76,7 @@ describe('bench: Envoy in front', () => {
     assert.match(lines[7], /\| 60 of 7,000 missed \(ok 6,900 \/ over_limit 0 \/ error 60, 40 not asked, 1 unanswered\) \|/);
   });
 
-  test("a column that did not run has a dash in every cell; the burner rows can be left out", () => {
+  test('a column that did not run has a dash in every cell; the burner rows can be left out', () => {
     const lines = envoyInFrontTable(envoyScale({ BENCH_ENVOY_BURNER: '0' }), figures, 'Go not found').split('\n');
     assert.equal(lines.length, 2 + 4);
     for (const line of lines.slice(2)) assert.match(line, / \| – \|$/);

@@ -14,11 +14,7 @@ const MERGE = path.join(FIXTURES, 'merge');
 test('a directory lists *.yaml and *.yml recursively, sorted, skipping dot entries', () => {
   const { files, errors } = listConfigFiles([TREE]);
   assert.deepEqual(errors, []);
-  assert.deepEqual(files, [
-    path.join(TREE, 'a.yaml'),
-    path.join(TREE, 'sub/b.yml'),
-    path.join(TREE, 'sub/deeper/c.YAML'),
-  ]);
+  assert.deepEqual(files, [path.join(TREE, 'a.yaml'), path.join(TREE, 'sub/b.yml'), path.join(TREE, 'sub/deeper/c.YAML')]);
 });
 
 test('paths keep their order; a file is taken whatever its name', () => {
@@ -71,8 +67,7 @@ test('the same domain in two files is an error unless merging', () => {
   const merged = loadConfig(files, { mergeDomains: true });
   assert.deepEqual(merged.errors, []);
   assert.ok(merged.config);
-  const rpu = (key: string, value: string) =>
-    match(merged.config!, 'merged', { entries: [{ key, value }] })?.rule.requestsPerUnit;
+  const rpu = (key: string, value: string) => match(merged.config!, 'merged', { entries: [{ key, value }] })?.rule.requestsPerUnit;
   assert.equal(rpu('key1', 'value1'), 10);
   assert.equal(rpu('key2', 'value2'), 20);
   assert.deepEqual(merged.config.files, files);

@@ -40,18 +40,36 @@ test('unknown domain and empty descriptor have no limit', () => {
 test('nested, default and specific values (upstream basic config)', () => {
   assert.equal(find(basic, T, [['key1', 'something']]), undefined);
   assert.equal(find(basic, T, [['key1', 'value1']]), undefined);
-  assert.equal(find(basic, T, [['key2', 'value2'], ['subkey', 'subvalue']]), undefined);
-  assert.equal(find(basic, T, [['key5', 'value5'], ['subkey5', 'subvalue']]), undefined);
+  assert.equal(
+    find(basic, T, [
+      ['key2', 'value2'],
+      ['subkey', 'subvalue'],
+    ]),
+    undefined,
+  );
+  assert.equal(
+    find(basic, T, [
+      ['key5', 'value5'],
+      ['subkey5', 'subvalue'],
+    ]),
+    undefined,
+  );
   assert.equal(find(basic, T, [['key2', 'value3']]), undefined, 'listed value without a limit is exempt');
 
-  const sub = must(basic, T, [['key1', 'value1'], ['subkey1', 'something']]);
+  const sub = must(basic, T, [
+    ['key1', 'value1'],
+    ['subkey1', 'something'],
+  ]);
   assert.equal(sub.rule.requestsPerUnit, 5);
   assert.equal(sub.rule.unit, 'second');
   assert.equal(sub.rule.fullKey, 'test-domain.key1_value1.subkey1');
   assert.equal(sub.statKey, 'test-domain.key1_value1.subkey1');
   assert.equal(sub.fromOverride, false);
 
-  const specific = must(basic, T, [['key1', 'value1'], ['subkey1', 'subvalue1']]);
+  const specific = must(basic, T, [
+    ['key1', 'value1'],
+    ['subkey1', 'subvalue1'],
+  ]);
   assert.equal(specific.rule.requestsPerUnit, 10);
   assert.equal(specific.statKey, 'test-domain.key1_value1.subkey1_subvalue1');
 
@@ -59,7 +77,13 @@ test('nested, default and specific values (upstream basic config)', () => {
   assert.deepEqual([dflt.rule.requestsPerUnit, dflt.rule.unit, dflt.statKey], [20, 'minute', 'test-domain.key2']);
   assert.equal(must(basic, T, [['key2', 'value2']]).rule.requestsPerUnit, 30);
   assert.equal(must(basic, T, [['key5', 'value5']]).rule.requestsPerUnit, 15);
-  assert.equal(must(basic, T, [['key5', 'value5'], ['subkey5', 'subvalue5']]).rule.requestsPerUnit, 25);
+  assert.equal(
+    must(basic, T, [
+      ['key5', 'value5'],
+      ['subkey5', 'subvalue5'],
+    ]).rule.requestsPerUnit,
+    25,
+  );
 });
 
 test('rule fields: unit case, name, unlimited, zero limit, defaults of our extensions', () => {
@@ -90,7 +114,17 @@ test('counterEntries are the request entries when no share_threshold applies', (
 test('a request override is used as is, without looking at config', () => {
   const override = { requestsPerUnit: 42, unit: 'hour' as const };
   assert.equal(match(basic, 'foo_domain', descriptor([['key1', 'value1']], override)), undefined);
-  const m = match(basic, T, descriptor([['key1', 'value1'], ['subkey1', 'something']], override));
+  const m = match(
+    basic,
+    T,
+    descriptor(
+      [
+        ['key1', 'value1'],
+        ['subkey1', 'something'],
+      ],
+      override,
+    ),
+  );
   assert.ok(m);
   assert.equal(m.fromOverride, true);
   assert.equal(m.rule.fullKey, 'test-domain.key1_value1.subkey1_something');
@@ -100,7 +134,17 @@ test('a request override is used as is, without looking at config', () => {
     [r.requestsPerUnit, r.unit, r.periodMs, r.burst, r.algorithm, r.name, r.shadowMode, r.unlimited],
     [42, 'hour', 3_600_000, 42, 'fixed_window', '', false, false],
   );
-  const unconfigured = match(basic, T, descriptor([['nokey', 'x'], ['empty', '']], override));
+  const unconfigured = match(
+    basic,
+    T,
+    descriptor(
+      [
+        ['nokey', 'x'],
+        ['empty', ''],
+      ],
+      override,
+    ),
+  );
   assert.equal(unconfigured?.statKey, 'test-domain.nokey_x.empty');
 });
 
@@ -118,7 +162,10 @@ test('wildcards: exact value first, then patterns in declaration order, then def
   assert.equal(must(wild, W, [['wild', 'foo-exact']]).rule.requestsPerUnit, 22);
   assert.equal(must(wild, W, [['wild', 'bar']]).rule.requestsPerUnit, 23);
   assert.equal(find(wild, W, [['noWild', 'foo1']]), undefined);
-  const nested = must(wild, W, [['nestedWild', 'val1'], ['wild', 'goo2']]);
+  const nested = must(wild, W, [
+    ['nestedWild', 'val1'],
+    ['wild', 'goo2'],
+  ]);
   assert.equal(nested.statKey, 'wildcard-domain.nestedWild_val1.wild_goo*');
 });
 
@@ -157,26 +204,45 @@ test('share_threshold: all values matching the pattern share one counter and sta
     assert.equal(m.statKey, 'share-domain.files_files/*');
     assert.deepEqual(counterValues(m), ['files/*']);
   }
-  const nested = must(share, S, [['nested', 'parent'], ['files', 'nested/x']]);
+  const nested = must(share, S, [
+    ['nested', 'parent'],
+    ['files', 'nested/x'],
+  ]);
   assert.equal(nested.statKey, 'share-domain.nested_parent.files_nested/*');
   assert.deepEqual(counterValues(nested), ['parent', 'nested/*']);
-  const both = must(share, S, [['files', 'top/a'], ['files', 'nested/b']]);
+  const both = must(share, S, [
+    ['files', 'top/a'],
+    ['files', 'nested/b'],
+  ]);
   assert.equal(both.statKey, 'share-domain.files_top/*.files_nested/*');
   assert.deepEqual(counterValues(both), ['top/*', 'nested/*']);
-  const mid = must(share, S, [['tenant', 't1prod'], ['resource', 'res-a-v2']]);
+  const mid = must(share, S, [
+    ['tenant', 't1prod'],
+    ['resource', 'res-a-v2'],
+  ]);
   assert.equal(mid.statKey, 'share-domain.tenant_t*prod.resource_res*v2');
 });
 
 test('share_threshold wins over value_to_metric and detailed_metric', () => {
-  const route = must(share, S, [['route', 'api/v1'], ['method', 'GET']]);
+  const route = must(share, S, [
+    ['route', 'api/v1'],
+    ['method', 'GET'],
+  ]);
   assert.equal(route.statKey, 'share-domain.route_api/*.method');
   assert.deepEqual(counterValues(route), ['api/*', 'GET']);
-  const svc = must(share, S, [['service', 'svc/a'], ['endpoint', 'get']]);
+  const svc = must(share, S, [
+    ['service', 'svc/a'],
+    ['endpoint', 'get'],
+  ]);
   assert.equal(svc.statKey, 'share-domain.service_svc/*.endpoint_get');
 });
 
 test('share_threshold: only where set; exact values keep their own counter', () => {
-  const mixed = must(share, S, [['path', 'path/a'], ['file', 'file/b'], ['type', 'x']]);
+  const mixed = must(share, S, [
+    ['path', 'path/a'],
+    ['file', 'file/b'],
+    ['type', 'x'],
+  ]);
   assert.equal(mixed.statKey, 'share-domain.path_path/*.file_file/*.type');
   assert.deepEqual(counterValues(mixed), ['path/*', 'file/b', 'x']);
   const exact = descriptor([['file', 'test1']]);
@@ -193,24 +259,58 @@ const metrics = load('metrics.yaml');
 const M = 'metrics-domain';
 
 test('value_to_metric puts request values of flagged levels in the stats key', () => {
-  const m = must(metrics, M, [['route', 'draw'], ['http_method', 'GET'], ['subject_id', '123']]);
+  const m = must(metrics, M, [
+    ['route', 'draw'],
+    ['http_method', 'GET'],
+    ['subject_id', '123'],
+  ]);
   assert.equal(m.statKey, 'metrics-domain.route_draw.http_method_GET.subject_id');
   assert.equal(m.rule.fullKey, 'metrics-domain.route.http_method.subject_id');
-  const empty = must(metrics, M, [['route', ''], ['http_method', ''], ['subject_id', '1']]);
+  const empty = must(metrics, M, [
+    ['route', ''],
+    ['http_method', ''],
+    ['subject_id', '1'],
+  ]);
   assert.equal(empty.statKey, 'metrics-domain.route.http_method.subject_id');
-  assert.equal(must(metrics, M, [['k1', 'X'], ['k2', 'Y'], ['k3', 'Z']]).statKey, 'metrics-domain.k1.k2_Y.k3');
-  assert.equal(must(metrics, M, [['plain', 'X'], ['leaf', 'Y']]).statKey, 'metrics-domain.plain.leaf');
-  const wildcard = must(metrics, M, [['user', 'alice'], ['action', 'readfile'], ['resource', 'docs']]);
+  assert.equal(
+    must(metrics, M, [
+      ['k1', 'X'],
+      ['k2', 'Y'],
+      ['k3', 'Z'],
+    ]).statKey,
+    'metrics-domain.k1.k2_Y.k3',
+  );
+  assert.equal(
+    must(metrics, M, [
+      ['plain', 'X'],
+      ['leaf', 'Y'],
+    ]).statKey,
+    'metrics-domain.plain.leaf',
+  );
+  const wildcard = must(metrics, M, [
+    ['user', 'alice'],
+    ['action', 'readfile'],
+    ['resource', 'docs'],
+  ]);
   assert.equal(wildcard.statKey, 'metrics-domain.user_alice.action_readfile.resource');
-  const configured = must(metrics, M, [['configured', 'api'], ['http_method', 'GET']]);
+  const configured = must(metrics, M, [
+    ['configured', 'api'],
+    ['http_method', 'GET'],
+  ]);
   assert.equal(configured.statKey, 'metrics-domain.configured_api.http_method_GET');
 });
 
 test('detailed_metric overrides value_to_metric and works on a node with children', () => {
-  const d = must(metrics, M, [['detailed_route', 'draw'], ['subject_id', '123']]);
+  const d = must(metrics, M, [
+    ['detailed_route', 'draw'],
+    ['subject_id', '123'],
+  ]);
   assert.equal(d.statKey, 'metrics-domain.detailed_route_draw.subject_id_123');
   assert.equal(must(metrics, M, [['key-1', 'value-1']]).statKey, 'metrics-domain.key-1_value-1');
-  const both = must(metrics, M, [['key-1', 'value-1'], ['key-2', 'value-2']]);
+  const both = must(metrics, M, [
+    ['key-1', 'value-1'],
+    ['key-2', 'value-2'],
+  ]);
   assert.equal(both.statKey, 'metrics-domain.key-1_value-1.key-2_value-2');
   // Upstream keeps the '_' of an empty value in detailed keys.
   assert.equal(must(metrics, M, [['key-1', '']]).statKey, 'metrics-domain.key-1_');

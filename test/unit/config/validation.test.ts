@@ -26,9 +26,7 @@ const BAD_CASES: Record<string, [number | undefined, string][]> = {
     [7, "'ip_prefix' v4 must be 0..32, got 33"],
     [12, "'ip_prefix' must be true or a map {v4: 0..32, v6: 0..128}, got '/24'"],
   ],
-  'top_level_not_map.yaml': [
-    [1, "error loading config file: the top level must be a map with 'domain' and 'descriptors', got a list"],
-  ],
+  'top_level_not_map.yaml': [[1, "error loading config file: the top level must be a map with 'domain' and 'descriptors', got a list"]],
   'empty_domain.yaml': [[undefined, 'config file cannot have empty domain']],
   'duplicate_domain.yaml': [[2, `duplicate domain 'test-domain' in config file (already declared in ${path.join(GOOD, 'basic.yaml')}:2): ${MERGE_HINT}`]],
   'empty_key.yaml': [[3, 'descriptor has empty key']],
@@ -54,9 +52,7 @@ const BAD_CASES: Record<string, [number | undefined, string][]> = {
   'unlimited_with_unit.yaml': [[6, 'should not specify rate limit unit when unlimited']],
   'replaces_empty.yaml': [[9, 'should not have an empty replaces entry']],
   'replaces_self.yaml': [[8, 'replaces should not contain name of same descriptor']],
-  'share_threshold_without_wildcard.yaml': [
-    [3, "share_threshold can only be used with wildcard values (containing '*'), but found key 'files_files/a'"],
-  ],
+  'share_threshold_without_wildcard.yaml': [[3, "share_threshold can only be used with wildcard values (containing '*'), but found key 'files_files/a'"]],
   'wrong_type_integer.yaml': [
     [6, "'requests_per_unit' must be an integer from 0 to 4294967295, got 'ten'"],
     [10, "'requests_per_unit' must be an integer from 0 to 4294967295, got '-1'"],
@@ -82,9 +78,7 @@ const BAD_CASES: Record<string, [number | undefined, string][]> = {
     [4, "'value' must be a string, got a list"],
     [6, "'unit' must be a string, got a list"],
   ],
-  'unknown_algorithm.yaml': [
-    [5, `invalid rate limit algorithm 'leaky_bucket' (${VALID_ALGORITHMS})`],
-  ],
+  'unknown_algorithm.yaml': [[5, `invalid rate limit algorithm 'leaky_bucket' (${VALID_ALGORITHMS})`]],
   'burst_without_bucket.yaml': [
     [7, "'burst' only applies to algorithm token_bucket or gcra, not fixed_window"],
     [13, "'burst' only applies to algorithm token_bucket or gcra, not sliding_window"],
@@ -101,9 +95,18 @@ const BAD_CASES: Record<string, [number | undefined, string][]> = {
   'window_and_multiplier.yaml': [[7, "'window' and 'unit_multiplier' are mutually exclusive"]],
   // A window next to a unit must be exactly one unit: Envoy is told N per that unit (issue 34, item 4).
   'window_unit_disagree.yaml': [
-    [6, "'window: 90s' disagrees with 'unit: hour': given together, the window must be exactly one hour. Drop 'unit' (Envoy is then told 4 per MINUTE) or write 'window: 1h'"],
-    [10, "'window: 2h' disagrees with 'unit: hour': given together, the window must be exactly one hour. Drop 'unit' (Envoy is then told 4 per HOUR) or write 'window: 1h'"],
-    [21, "'window: 500ms' disagrees with 'unit: month': given together, the window must be exactly one month. Drop 'unit' (Envoy is then told 4 per SECOND) or write 'window: 30d'"],
+    [
+      6,
+      "'window: 90s' disagrees with 'unit: hour': given together, the window must be exactly one hour. Drop 'unit' (Envoy is then told 4 per MINUTE) or write 'window: 1h'",
+    ],
+    [
+      10,
+      "'window: 2h' disagrees with 'unit: hour': given together, the window must be exactly one hour. Drop 'unit' (Envoy is then told 4 per HOUR) or write 'window: 1h'",
+    ],
+    [
+      21,
+      "'window: 500ms' disagrees with 'unit: month': given together, the window must be exactly one month. Drop 'unit' (Envoy is then told 4 per SECOND) or write 'window: 30d'",
+    ],
   ],
   'missing_unit.yaml': [
     [4, "invalid rate limit unit '': a rate_limit needs 'unit' (second, minute, hour, day, week, month, year) or 'window' (or 'unlimited: true')"],
@@ -120,9 +123,7 @@ const BAD_CASES: Record<string, [number | undefined, string][]> = {
   ],
   // Config that would take the process down or stall it (issue 9, item 2).
   'alias_bomb.yaml': [[8, 'config limit: aliases expand to more than 1000000 YAML nodes (an alias bomb?)']],
-  'alias_descriptor_tree.yaml': [
-    [5, 'config limit: more than 100000 descriptors (CONFIG_MAX_DESCRIPTORS; an alias counts each time it is used)'],
-  ],
+  'alias_descriptor_tree.yaml': [[5, 'config limit: more than 100000 descriptors (CONFIG_MAX_DESCRIPTORS; an alias counts each time it is used)']],
   'alias_cycle.yaml': [[5, 'error loading config file: alias *all refers to a node that contains it']],
   'unknown_anchor.yaml': [[4, "error loading config file: unknown anchor 'standard' referenced"]],
   'deep_nesting.yaml': [[5, 'config limit: YAML nested deeper than 64 levels']],
@@ -203,8 +204,15 @@ test('null values take upstream zero values', () => {
 
 test('parseDuration accepts compound durations and rejects anything else', () => {
   const ok: [string, number][] = [
-    ['500ms', 500], ['30s', 30_000], ['5m', 300_000], ['1h', 3_600_000], ['2d', 172_800_000],
-    ['1w', 604_800_000], ['1h30m', 5_400_000], ['1m30s250ms', 90_250], ['0s', 0],
+    ['500ms', 500],
+    ['30s', 30_000],
+    ['5m', 300_000],
+    ['1h', 3_600_000],
+    ['2d', 172_800_000],
+    ['1w', 604_800_000],
+    ['1h30m', 5_400_000],
+    ['1m30s250ms', 90_250],
+    ['0s', 0],
   ];
   for (const [text, ms] of ok) assert.equal(parseDuration(text), ms, text);
   for (const bad of ['', '5', 'm', '1.5h', '30m1h', '1h1h', ' 5m', '5m ', '-5m', '5 m', '5min', '1y']) {

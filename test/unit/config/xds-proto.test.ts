@@ -22,10 +22,15 @@ function loadRoot(roots: string[], files: string[]): protobuf.Root {
 }
 
 const official = loadRoot(
-  ['envoy-api', 'googleapis', 'protoc-gen-validate', 'xds', 'cncf-xds'].map((d) => path.join(XDS_DEPS, d)).concat([path.dirname(require.resolve('protobufjs/package.json'))]),
+  ['envoy-api', 'googleapis', 'protoc-gen-validate', 'xds', 'cncf-xds']
+    .map((d) => path.join(XDS_DEPS, d))
+    .concat([path.dirname(require.resolve('protobufjs/package.json'))]),
   ['envoy/service/discovery/v3/ads.proto', 'google/rpc/status.proto'],
 );
-const ours = loadRoot([OURS, path.dirname(require.resolve('protobufjs/package.json'))], ['envoy/service/discovery/v3/discovery.proto', 'ratelimit/config/ratelimit/v3/rls_conf.proto']);
+const ours = loadRoot(
+  [OURS, path.dirname(require.resolve('protobufjs/package.json'))],
+  ['envoy/service/discovery/v3/discovery.proto', 'ratelimit/config/ratelimit/v3/rls_conf.proto'],
+);
 
 function fieldsOf(root: protobuf.Root, name: string): Map<string, { id: number; type: string; repeated: boolean; oneof?: string }> {
   const type = root.lookupType(name);
@@ -83,34 +88,47 @@ describe('RateLimitConfig has the numbers of envoyproxy/ratelimit rls_conf.proto
   for (const [message, fields] of Object.entries(expected)) {
     test(message, () => {
       const mine = fieldsOf(ours, `ratelimit.config.ratelimit.v3.${message}`);
-      assert.deepEqual(
-        Object.fromEntries([...mine].map(([k, f]) => [k, [f.id, f.type, f.repeated]])),
-        fields,
-      );
+      assert.deepEqual(Object.fromEntries([...mine].map(([k, f]) => [k, [f.id, f.type, f.repeated]])), fields);
     });
   }
   test('RateLimitUnit (WEEK is 7)', () => {
-    assert.deepEqual({ ...ours.lookupEnum('ratelimit.config.ratelimit.v3.RateLimitUnit').values }, { UNKNOWN: 0, SECOND: 1, MINUTE: 2, HOUR: 3, DAY: 4, WEEK: 7, MONTH: 5, YEAR: 6 });
+    assert.deepEqual(
+      { ...ours.lookupEnum('ratelimit.config.ratelimit.v3.RateLimitUnit').values },
+      { UNKNOWN: 0, SECOND: 1, MINUTE: 2, HOUR: 3, DAY: 4, WEEK: 7, MONTH: 5, YEAR: 6 },
+    );
   });
 });
 
 describe('bytes of the official schema decode in our generated code', () => {
   test('a DiscoveryResponse carrying a RateLimitConfig; our NACK read by the official schema', () => {
-    const config = RateLimitConfig.fromPartial({ name: 'edge', domain: 'edge', descriptors: [{ key: 'tenant', rateLimit: { unit: RateLimitUnit.WEEK, requestsPerUnit: 9, replaces: [{ name: 'x' }] }, metadata: { team: 'a' } }] });
+    const config = RateLimitConfig.fromPartial({
+      name: 'edge',
+      domain: 'edge',
+      descriptors: [{ key: 'tenant', rateLimit: { unit: RateLimitUnit.WEEK, requestsPerUnit: 9, replaces: [{ name: 'x' }] }, metadata: { team: 'a' } }],
+    });
     const Response = official.lookupType('envoy.service.discovery.v3.DiscoveryResponse');
-    const bytes = Response.encode(Response.fromObject({
-      version_info: 'v7',
-      nonce: '3',
-      type_url: 'type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig',
-      resources: [{ type_url: 'type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig', value: RateLimitConfig.encode(config).finish() }],
-    })).finish();
+    const bytes = Response.encode(
+      Response.fromObject({
+        version_info: 'v7',
+        nonce: '3',
+        type_url: 'type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig',
+        resources: [{ type_url: 'type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig', value: RateLimitConfig.encode(config).finish() }],
+      }),
+    ).finish();
     const decoded = DiscoveryResponse.decode(bytes);
     assert.equal(decoded.versionInfo, 'v7');
     assert.equal(decoded.nonce, '3');
     assert.deepEqual(RateLimitConfig.decode(decoded.resources[0].value), config);
 
     const Request = official.lookupType('envoy.service.discovery.v3.DiscoveryRequest');
-    const nack = DiscoveryRequest.encode(DiscoveryRequest.fromPartial({ versionInfo: 'v6', responseNonce: '3', node: { id: 'n', metadata: { k: 'v' } }, errorDetail: { code: 3, message: 'bad' } })).finish();
+    const nack = DiscoveryRequest.encode(
+      DiscoveryRequest.fromPartial({
+        versionInfo: 'v6',
+        responseNonce: '3',
+        node: { id: 'n', metadata: { k: 'v' } },
+        errorDetail: { code: 3, message: 'bad' },
+      }),
+    ).finish();
     const read = Request.toObject(Request.decode(nack), { defaults: false }) as Record<string, any>;
     assert.equal(read.version_info, 'v6');
     assert.equal(read.response_nonce, '3');

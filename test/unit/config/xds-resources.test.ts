@@ -6,7 +6,10 @@ import { compileDocuments } from '../../../src/config/load';
 import { type DeepPartial, RateLimitConfig, type RateLimitDescriptor, RateLimitUnit } from '../../../src/gen/ratelimit/config/ratelimit/v3/rls_conf';
 import { describeSettings, loadSettings, SettingsError, upstreamSettingsNotRead } from '../../../src/settings';
 
-const any = (c: DeepPartial<RateLimitConfig>) => ({ typeUrl: RATE_LIMIT_CONFIG_TYPE, value: Buffer.from(RateLimitConfig.encode(RateLimitConfig.fromPartial(c)).finish()) });
+const any = (c: DeepPartial<RateLimitConfig>) => ({
+  typeUrl: RATE_LIMIT_CONFIG_TYPE,
+  value: Buffer.from(RateLimitConfig.encode(RateLimitConfig.fromPartial(c)).finish()),
+});
 
 describe('xDS resources → the compiler', () => {
   test('a pushed config compiles to the rules its YAML twin does', () => {
@@ -15,7 +18,13 @@ describe('xDS resources → the compiler', () => {
         name: 'gw',
         domain: 'edge',
         descriptors: [
-          { key: 'tenant', rateLimit: { unit: RateLimitUnit.SECOND, requestsPerUnit: 5, name: 'per-tenant' }, shadowMode: true, metadata: { team: 'a' }, descriptors: [{ key: 'route', value: '/x', rateLimit: { unlimited: true } }] },
+          {
+            key: 'tenant',
+            rateLimit: { unit: RateLimitUnit.SECOND, requestsPerUnit: 5, name: 'per-tenant' },
+            shadowMode: true,
+            metadata: { team: 'a' },
+            descriptors: [{ key: 'route', value: '/x', rateLimit: { unlimited: true } }],
+          },
           { key: 'ip', rateLimit: { unit: RateLimitUnit.WEEK, requestsPerUnit: 1, replaces: [{ name: 'per-tenant' }] } },
         ],
       }),
@@ -34,8 +43,14 @@ describe('xDS resources → the compiler', () => {
   test("the compiler's messages name the resource; duplicate domains across resources are refused", () => {
     const { documents } = convertResources([any({ name: 'a', domain: 'edge' }), any({ name: 'b', domain: 'edge' }), any({ name: 'c', domain: '' })]);
     const messages = compileDocuments(documents, { mergeDomains: false }).errors.map((e) => e.message);
-    assert.ok(messages.some((m) => /^xds:b: duplicate domain 'edge'/.test(m)), messages.join('\n'));
-    assert.ok(messages.some((m) => /^xds:c: config file cannot have empty domain/.test(m)), messages.join('\n'));
+    assert.ok(
+      messages.some((m) => /^xds:b: duplicate domain 'edge'/.test(m)),
+      messages.join('\n'),
+    );
+    assert.ok(
+      messages.some((m) => /^xds:c: config file cannot have empty domain/.test(m)),
+      messages.join('\n'),
+    );
     assert.deepEqual(compileDocuments(documents.slice(0, 2), { mergeDomains: true }).errors, []);
   });
 
@@ -59,18 +74,35 @@ describe('xDS resources → the compiler', () => {
 describe('reconnect backoff', () => {
   const opts = { initialMs: 100, maxMs: 1000, randomFactor: 0.5, jitter: true };
   test('doubles up to the max; without jitter exactly', () => {
-    assert.deepEqual([0, 1, 2, 3, 4, 50].map((a) => backoffDelay({ ...opts, jitter: false }, a)), [100, 200, 400, 800, 1000, 1000]);
+    assert.deepEqual(
+      [0, 1, 2, 3, 4, 50].map((a) => backoffDelay({ ...opts, jitter: false }, a)),
+      [100, 200, 400, 800, 1000, 1000],
+    );
   });
   test('with jitter, spread by the random factor either way, never past the max', () => {
-    assert.equal(backoffDelay(opts, 0, () => 0), 50);
-    assert.equal(backoffDelay(opts, 0, () => 1), 150);
-    assert.equal(backoffDelay(opts, 9, () => 1), 1000);
+    assert.equal(
+      backoffDelay(opts, 0, () => 0),
+      50,
+    );
+    assert.equal(
+      backoffDelay(opts, 0, () => 1),
+      150,
+    );
+    assert.equal(
+      backoffDelay(opts, 9, () => 1),
+      1000,
+    );
   });
 });
 
 describe('settings', () => {
   test("upstream's xDS names, defaults as upstream", () => {
-    const s = loadSettings([], { CONFIG_TYPE: 'GRPC_XDS_SOTW', CONFIG_GRPC_XDS_SERVER_URL: 'envoy-gateway:18001', FORCE_START_WITHOUT_INITIAL_CONFIG: 'true', RUNTIME_ROOT: '/data' });
+    const s = loadSettings([], {
+      CONFIG_TYPE: 'GRPC_XDS_SOTW',
+      CONFIG_GRPC_XDS_SERVER_URL: 'envoy-gateway:18001',
+      FORCE_START_WITHOUT_INITIAL_CONFIG: 'true',
+      RUNTIME_ROOT: '/data',
+    });
     assert.equal(s.configType, 'grpc_xds_sotw');
     assert.equal(s.xdsServerUrl, 'envoy-gateway:18001');
     assert.equal(s.xdsNodeId, 'default');
@@ -81,10 +113,16 @@ describe('settings', () => {
   });
 
   test('malformed entries name the setting; header values are redacted', () => {
-    assert.throws(() => loadSettings([], { CONFIG_GRPC_XDS_NODE_METADATA: 'novalue' }), (e: Error) => e instanceof SettingsError && /CONFIG_GRPC_XDS_NODE_METADATA: expected key=value/.test(e.message));
+    assert.throws(
+      () => loadSettings([], { CONFIG_GRPC_XDS_NODE_METADATA: 'novalue' }),
+      (e: Error) => e instanceof SettingsError && /CONFIG_GRPC_XDS_NODE_METADATA: expected key=value/.test(e.message),
+    );
     assert.throws(() => loadSettings([], { CONFIG_GRPC_XDS_CLIENT_TLS_CERT: '/c.pem' }), /CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together/);
     assert.throws(() => loadSettings([], { XDS_CLIENT_BACKOFF_INITIAL_INTERVAL: '2m' }), /XDS_CLIENT_BACKOFF_MAX_INTERVAL/);
-    assert.throws(() => loadSettings([], { CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: 'bad key:v' }), /CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: .*got 'bad key'/);
+    assert.throws(
+      () => loadSettings([], { CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: 'bad key:v' }),
+      /CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: .*got 'bad key'/,
+    );
     assert.throws(() => loadSettings([], { CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: 'novalue' }), /CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS/);
     const s = loadSettings([], { CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: 'Authorization:Bearer abc' });
     assert.deepEqual(describeSettings(s).xdsAdditionalHeaders, ['Authorization:[redacted]']);
@@ -101,7 +139,14 @@ describe('settings', () => {
   });
 
   test('the xDS names are no longer reported as unread', () => {
-    const env = { CONFIG_TYPE: 'GRPC_XDS_SOTW', CONFIG_GRPC_XDS_NODE_ID: 'x', XDS_CLIENT_BACKOFF_JITTER: 'false', FORCE_START_WITHOUT_INITIAL_CONFIG: 'true', HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: 'true', CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL: '3s' };
+    const env = {
+      CONFIG_TYPE: 'GRPC_XDS_SOTW',
+      CONFIG_GRPC_XDS_NODE_ID: 'x',
+      XDS_CLIENT_BACKOFF_JITTER: 'false',
+      FORCE_START_WITHOUT_INITIAL_CONFIG: 'true',
+      HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: 'true',
+      CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL: '3s',
+    };
     assert.deepEqual(upstreamSettingsNotRead(env), ['CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL']);
   });
 });

@@ -71,7 +71,17 @@ function metric(text: string, name: string): number {
 
 function capture(): { logger: ReturnType<typeof createLogger>; lines: Record<string, unknown>[] } {
   const lines: Record<string, unknown>[] = [];
-  const sink = new Writable({ write: (chunk, _e, cb) => (lines.push(...String(chunk).trim().split('\n').map((l) => JSON.parse(l))), cb()) });
+  const sink = new Writable({
+    write: (chunk, _e, cb) => (
+      lines.push(
+        ...String(chunk)
+          .trim()
+          .split('\n')
+          .map((l) => JSON.parse(l)),
+      ),
+      cb()
+    ),
+  });
   return { logger: createLogger('info', sink), lines };
 }
 
@@ -111,7 +121,9 @@ describe('config over xDS (CONFIG_TYPE=GRPC_XDS_SOTW)', () => {
       const metrics = await (await s.http('/metrics')).text();
       assert.equal(metric(metrics, 'ratelimit_service_config_load_success'), 2);
       assert.equal(metric(metrics, 'ratelimit_service_config_load_error'), 1);
-      const explain = await (await s.admin('/explain', { method: 'POST', body: JSON.stringify({ domain: 'edge', descriptors: [{ entries: [{ key: 'tenant', value: 'z' }] }] }) })).json() as Record<string, unknown>;
+      const explain = (await (
+        await s.admin('/explain', { method: 'POST', body: JSON.stringify({ domain: 'edge', descriptors: [{ entries: [{ key: 'tenant', value: 'z' }] }] }) })
+      ).json()) as Record<string, unknown>;
       assert.match(JSON.stringify(explain), /xds:edge/, '/explain names the pushed resource as the rule source');
     } finally {
       await s.stop();
@@ -149,7 +161,10 @@ describe('config over xDS (CONFIG_TYPE=GRPC_XDS_SOTW)', () => {
       assert.equal((await s.http('/healthcheck')).status, 200);
       const before = await s.call({ domain: 'edge', descriptors: [d(['tenant', 'a'])] });
       assert.equal(before.overallCode, Code.OK);
-      assert.deepEqual(before.statuses.map((x) => x.code), [Code.OK]);
+      assert.deepEqual(
+        before.statuses.map((x) => x.code),
+        [Code.OK],
+      );
       cp.push('v1', [limitConfig('edge', 1)]);
       await cp.waitForRequest(isAck('v1'));
       assert.deepEqual(await codes(s, 'edge', 'a', 2), [Code.OK, Code.OVER_LIMIT]);
@@ -199,7 +214,9 @@ describe('config over xDS (CONFIG_TYPE=GRPC_XDS_SOTW)', () => {
     }
   });
 
-  test('FORCE_START_WITHOUT_INITIAL_CONFIG applies to files too: a start with a broken config answers every domain as unknown', { timeout: 30_000 }, async () => {
+  test('FORCE_START_WITHOUT_INITIAL_CONFIG applies to files too: a start with a broken config answers every domain as unknown', {
+    timeout: 30_000,
+  }, async () => {
     const missing = `${certs.dir}/no-such-config`;
     const forced = await startApp({ configPaths: [missing], forceStartWithoutInitialConfig: true });
     const plain = await startApp({ configPaths: [missing] });

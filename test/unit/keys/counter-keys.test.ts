@@ -15,12 +15,22 @@ const parts = (entries: [string, string][], over: Partial<KeyParts> = {}): KeyPa
 describe('counter keys', () => {
   test('layout: prefix, hash tag of domain and first entry, other entries, algorithm and period', () => {
     assert.equal(
-      counterKey(parts([['tenant', 'acme'], ['route', '/v1/pay']]), opts),
+      counterKey(
+        parts([
+          ['tenant', 'acme'],
+          ['route', '/v1/pay'],
+        ]),
+        opts,
+      ),
       'sluice:{edge|tenant=acme}|route=/v1/pay|fixed_window:60000',
     );
     assert.equal(counterKey(parts([['tenant', 'acme']]), { ...opts, hashTag: 'domain' }), 'sluice:{edge}|tenant=acme|fixed_window:60000');
     assert.equal(counterKey(parts([['tenant', 'acme']]), { ...opts, hashTag: 'none' }), 'sluice:edge|tenant=acme|fixed_window:60000');
-    const three = parts([['tenant', 'acme'], ['route', '/v1/pay'], ['method', 'GET']]);
+    const three = parts([
+      ['tenant', 'acme'],
+      ['route', '/v1/pay'],
+      ['method', 'GET'],
+    ]);
     assert.equal(counterKey(three, opts), 'sluice:{edge|tenant=acme}|route=/v1/pay|method=GET|fixed_window:60000');
     assert.equal(counterKey(three, { ...opts, hashTag: 'domain' }), 'sluice:{edge}|tenant=acme|route=/v1/pay|method=GET|fixed_window:60000');
     assert.equal(counterKey(three, { ...opts, hashTag: 'none' }), 'sluice:edge|tenant=acme|route=/v1/pay|method=GET|fixed_window:60000');
@@ -58,7 +68,14 @@ describe('counter keys', () => {
 describe('value hashing', () => {
   const hashing = { secret: 's3cret', maxLength: 16, keys: new Set(['remote_address']) };
   test('long values and listed keys are replaced by a truncated HMAC', () => {
-    const key = counterKey(parts([['token', 'x'.repeat(17)], ['remote_address', '198.51.100.7'], ['short', 'ok']]), { ...opts, hashing });
+    const key = counterKey(
+      parts([
+        ['token', 'x'.repeat(17)],
+        ['remote_address', '198.51.100.7'],
+        ['short', 'ok'],
+      ]),
+      { ...opts, hashing },
+    );
     const m = /^sluice:\{edge\|token=%h([\w-]{22})\}\|remote_address=%h([\w-]{22})\|short=ok\|/.exec(key);
     assert.ok(m, key);
     assert.notEqual(m[1], m[2]);

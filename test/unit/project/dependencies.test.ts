@@ -64,7 +64,9 @@ test('the engines range reader understands what it is given', () => {
 });
 
 test(`every locked package accepts this Node (${process.version})`, () => {
-  const lock = JSON.parse(fs.readFileSync(path.join(ROOT, 'package-lock.json'), 'utf8')) as { packages: Record<string, { version?: string; engines?: unknown }> };
+  const lock = JSON.parse(fs.readFileSync(path.join(ROOT, 'package-lock.json'), 'utf8')) as {
+    packages: Record<string, { version?: string; engines?: unknown }>;
+  };
   const v = process.versions.node.split('.').map(Number) as Version;
   const refused: string[] = [];
   for (const [where, pkg] of Object.entries(lock.packages)) {

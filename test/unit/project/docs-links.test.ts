@@ -37,7 +37,11 @@ function anchors(text: string): Set<string> {
     if (line.startsWith('```')) fenced = !fenced;
     const m = fenced ? null : /^#{1,6} (.*)$/.exec(line);
     if (!m) continue;
-    const slug = m[1].trim().toLowerCase().replace(/[^\p{L}\p{N}_\- ]/gu, '').replace(/ /g, '-');
+    const slug = m[1]
+      .trim()
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N}_\- ]/gu, '')
+      .replace(/ /g, '-');
     const count = seen.get(slug);
     out.add(count === undefined ? slug : `${slug}-${count + 1}`);
     seen.set(slug, (count ?? -1) + 1);

@@ -40,7 +40,10 @@ const validateBootstrap = (doc: Yaml) => validator.validate(doc, BOOTSTRAP).map(
 
 function edgeConfig(): CompiledConfig {
   const { config, errors } = loadConfig([path.join(REPO, 'examples/config/edge.yaml')], { mergeDomains: false });
-  assert.deepEqual(errors.map((e) => e.message), []);
+  assert.deepEqual(
+    errors.map((e) => e.message),
+    [],
+  );
   assert.ok(config);
   return config;
 }
@@ -72,37 +75,73 @@ describe('envoy/envoy.yaml against Envoy protos', () => {
   });
 
   const broken: [string, (doc: Yaml) => void, RegExp][] = [
-    ['failure_mode_deny misspelled', (d) => rename(httpFilter(d, RATELIMIT).typed_config, 'failure_mode_deny', 'failure_mode_denyy'),
-      /http_filters\[1\]\.typed_config: unknown field 'failure_mode_denyy' in envoy\.extensions\.filters\.http\.ratelimit\.v3\.RateLimit/],
-    ['a field misspelled in a message inside a typed_config', (d) => rename(httpFilter(d, LOCAL_RATELIMIT).typed_config.token_bucket, 'fill_interval', 'fill_intervall'),
-      /http_filters\[0\]\.typed_config\.token_bucket: unknown field 'fill_intervall'/],
-    ['a field misspelled in a cluster extension option', (d) => rename(cluster(d, 'sluice').typed_extension_protocol_options['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'].explicit_http_config, 'http2_protocol_options', 'http2_protocol_option'),
-      /explicit_http_config: unknown field 'http2_protocol_option'/],
-    ['a field misspelled outside any typed_config', (d) => rename(cluster(d, 'upstream'), 'connect_timeout', 'connect_timout'),
-      /static_resources\.clusters\[0\]: unknown field 'connect_timout' in envoy\.config\.cluster\.v3\.Cluster/],
-    ['an unknown @type', (d) => (httpFilter(d, ROUTER).typed_config['@type'] = 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Routr'),
-      /http_filters\[2\]\.typed_config: '@type' type\.googleapis\.com\/envoy\.extensions\.filters\.http\.router\.v3\.Routr does not name a known message/],
-    ['a @type without type.googleapis.com/', (d) => (httpFilter(d, ROUTER).typed_config['@type'] = 'envoy.extensions.filters.http.router.v3.Router'),
-      /must start with type\.googleapis\.com\//],
-    ['a string for an integer', (d) => (socketAddress(cluster(d, 'sluice')).port_value = 'grpc'),
-      /socket_address\.port_value: expected an integer \(uint32\), got string "grpc"/],
-    ['an unknown enum name', (d) => (httpFilter(d, RATELIMIT).typed_config.enable_x_ratelimit_headers = 'DRAFT_VERSION_3'),
-      /enable_x_ratelimit_headers: expected one of OFF, DRAFT_VERSION_03/],
-    ['a duration not in proto form', (d) => (httpFilter(d, RATELIMIT).typed_config.timeout = '20ms'),
-      /typed_config\.timeout: expected a duration such as "0\.25s", got string "20ms"/],
-    ['a scalar for a repeated field', (d) => (hcm(d).route_config.virtual_hosts[0].domains = '*'),
-      /virtual_hosts\[0\]\.domains: expected a list, got string/],
-    ['two members of a oneof', (d) => (hcm(d).route_config.virtual_hosts[0].routes[0].match.prefix = '/'),
-      /routes\[0\]\.match: 'path' and 'prefix' exclude each other/],
-    ['a required message missing', (d) => delete hcm(d).route_config.virtual_hosts[0].routes[0].match,
-      /routes\[0\]: missing required field 'match'/],
+    [
+      'failure_mode_deny misspelled',
+      (d) => rename(httpFilter(d, RATELIMIT).typed_config, 'failure_mode_deny', 'failure_mode_denyy'),
+      /http_filters\[1\]\.typed_config: unknown field 'failure_mode_denyy' in envoy\.extensions\.filters\.http\.ratelimit\.v3\.RateLimit/,
+    ],
+    [
+      'a field misspelled in a message inside a typed_config',
+      (d) => rename(httpFilter(d, LOCAL_RATELIMIT).typed_config.token_bucket, 'fill_interval', 'fill_intervall'),
+      /http_filters\[0\]\.typed_config\.token_bucket: unknown field 'fill_intervall'/,
+    ],
+    [
+      'a field misspelled in a cluster extension option',
+      (d) =>
+        rename(
+          cluster(d, 'sluice').typed_extension_protocol_options['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'].explicit_http_config,
+          'http2_protocol_options',
+          'http2_protocol_option',
+        ),
+      /explicit_http_config: unknown field 'http2_protocol_option'/,
+    ],
+    [
+      'a field misspelled outside any typed_config',
+      (d) => rename(cluster(d, 'upstream'), 'connect_timeout', 'connect_timout'),
+      /static_resources\.clusters\[0\]: unknown field 'connect_timout' in envoy\.config\.cluster\.v3\.Cluster/,
+    ],
+    [
+      'an unknown @type',
+      (d) => (httpFilter(d, ROUTER).typed_config['@type'] = 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Routr'),
+      /http_filters\[2\]\.typed_config: '@type' type\.googleapis\.com\/envoy\.extensions\.filters\.http\.router\.v3\.Routr does not name a known message/,
+    ],
+    [
+      'a @type without type.googleapis.com/',
+      (d) => (httpFilter(d, ROUTER).typed_config['@type'] = 'envoy.extensions.filters.http.router.v3.Router'),
+      /must start with type\.googleapis\.com\//,
+    ],
+    [
+      'a string for an integer',
+      (d) => (socketAddress(cluster(d, 'sluice')).port_value = 'grpc'),
+      /socket_address\.port_value: expected an integer \(uint32\), got string "grpc"/,
+    ],
+    [
+      'an unknown enum name',
+      (d) => (httpFilter(d, RATELIMIT).typed_config.enable_x_ratelimit_headers = 'DRAFT_VERSION_3'),
+      /enable_x_ratelimit_headers: expected one of OFF, DRAFT_VERSION_03/,
+    ],
+    [
+      'a duration not in proto form',
+      (d) => (httpFilter(d, RATELIMIT).typed_config.timeout = '20ms'),
+      /typed_config\.timeout: expected a duration such as "0\.25s", got string "20ms"/,
+    ],
+    ['a scalar for a repeated field', (d) => (hcm(d).route_config.virtual_hosts[0].domains = '*'), /virtual_hosts\[0\]\.domains: expected a list, got string/],
+    [
+      'two members of a oneof',
+      (d) => (hcm(d).route_config.virtual_hosts[0].routes[0].match.prefix = '/'),
+      /routes\[0\]\.match: 'path' and 'prefix' exclude each other/,
+    ],
+    ['a required message missing', (d) => delete hcm(d).route_config.virtual_hosts[0].routes[0].match, /routes\[0\]: missing required field 'match'/],
   ];
   for (const [name, breakIt, expected] of broken) {
     test(`fails on ${name}`, () => {
       const doc = envoyYaml();
       breakIt(doc);
       const errors = validateBootstrap(doc);
-      assert.ok(errors.some((e) => expected.test(e)), `no error matching ${expected}:\n${errors.join('\n')}`);
+      assert.ok(
+        errors.some((e) => expected.test(e)),
+        `no error matching ${expected}:\n${errors.join('\n')}`,
+      );
     });
   }
 
@@ -125,7 +164,10 @@ describe('envoy/envoy.yaml wiring', () => {
   });
 
   test('local_ratelimit, then ratelimit, then the router last', () => {
-    assert.deepEqual(hcm(doc).http_filters.map((f: Yaml) => f.name), [LOCAL_RATELIMIT, RATELIMIT, ROUTER]);
+    assert.deepEqual(
+      hcm(doc).http_filters.map((f: Yaml) => f.name),
+      [LOCAL_RATELIMIT, RATELIMIT, ROUTER],
+    );
     const local = httpFilter(doc, LOCAL_RATELIMIT).typed_config;
     for (const knob of [local.filter_enabled, local.filter_enforced]) {
       assert.deepEqual(knob.default_value, { numerator: 100, denominator: 'HUNDRED' });
@@ -356,7 +398,10 @@ function yamlBlocks(markdown: string): Yaml[] {
   const docs: Yaml[] = [];
   for (const block of markdown.matchAll(/```ya?ml\n([\s\S]*?)```/g)) {
     for (const doc of YAML.parseAllDocuments(block[1])) {
-      assert.deepEqual(doc.errors.map((e) => e.message), []);
+      assert.deepEqual(
+        doc.errors.map((e) => e.message),
+        [],
+      );
       docs.push(doc.toJS());
     }
   }
@@ -383,10 +428,13 @@ describe('docs/istio.md', () => {
 
   test('inserts local_ratelimit and ratelimit before the router, pointed at the sluice service', () => {
     const filters = istioPatches().filter((p) => p.applyTo === 'HTTP_FILTER');
-    assert.deepEqual(filters.map((p) => [p.patch.operation, p.match.listener.filterChain.filter.subFilter.name, p.patch.value.name]), [
-      ['INSERT_BEFORE', ROUTER, LOCAL_RATELIMIT],
-      ['INSERT_BEFORE', ROUTER, RATELIMIT],
-    ]);
+    assert.deepEqual(
+      filters.map((p) => [p.patch.operation, p.match.listener.filterChain.filter.subFilter.name, p.patch.value.name]),
+      [
+        ['INSERT_BEFORE', ROUTER, LOCAL_RATELIMIT],
+        ['INSERT_BEFORE', ROUTER, RATELIMIT],
+      ],
+    );
     const rl = filters[1].patch.value.typed_config;
     assert.equal(rl.rate_limit_service.grpc_service.envoy_grpc.cluster_name, 'outbound|8081||sluice.ratelimit.svc.cluster.local');
     assert.equal(rl.domain, 'edge');

@@ -24,9 +24,9 @@ function loadRoot(roots: string[], files: string[]): protobuf.Root {
 }
 
 const official = loadRoot(
-  ['envoy-api', 'googleapis', 'protoc-gen-validate', 'xds', 'cncf-xds'].map((d) => path.join(XDS_DEPS, d)).concat([
-    path.join(path.dirname(require.resolve('protobufjs/package.json'))),
-  ]),
+  ['envoy-api', 'googleapis', 'protoc-gen-validate', 'xds', 'cncf-xds']
+    .map((d) => path.join(XDS_DEPS, d))
+    .concat([path.join(path.dirname(require.resolve('protobufjs/package.json')))]),
   ['envoy/service/ratelimit/v3/rls.proto', 'envoy/service/rate_limit_quota/v3/rlqs.proto'],
 );
 const ours = loadRoot([OURS], ['envoy/service/ratelimit/v3/rls.proto', 'envoy/service/rate_limit_quota/v3/rlqs.proto']);
@@ -137,7 +137,12 @@ describe('bytes encoded with the official schema decode to the same values', () 
     const message = {
       domain: 'edge',
       descriptors: [
-        { entries: [{ key: 'tenant', value: 'cust_ent_9942' }, { key: 'route', value: '/v1/payments/checkout' }] },
+        {
+          entries: [
+            { key: 'tenant', value: 'cust_ent_9942' },
+            { key: 'route', value: '/v1/payments/checkout' },
+          ],
+        },
         { entries: [{ key: 'remote_address', value: '198.51.100.0/24' }], limit: { requests_per_unit: 7, unit: 2 } },
       ],
       hits_addend: 3,
@@ -171,7 +176,11 @@ describe('bytes encoded with the official schema decode to the same values', () 
     assert.equal(decoded.statuses[0].duration_until_reset.seconds, 42);
     assert.equal(decoded.statuses[1].code, 'OVER_LIMIT');
     assert.deepEqual(decoded.response_headers_to_add, [{ key: 'Retry-After', value: '3' }]);
-    assert.equal(decoded.dynamic_metadata.fields.domain.stringValue ?? decoded.dynamic_metadata.fields.domain.string_value, 'edge', JSON.stringify(decoded.dynamic_metadata));
+    assert.equal(
+      decoded.dynamic_metadata.fields.domain.stringValue ?? decoded.dynamic_metadata.fields.domain.string_value,
+      'edge',
+      JSON.stringify(decoded.dynamic_metadata),
+    );
   });
 });
 
@@ -180,7 +189,9 @@ describe('RLQS bytes: official and ours agree both ways', () => {
     const Official = official.lookupType('envoy.service.rate_limit_quota.v3.RateLimitQuotaUsageReports');
     const message = {
       domain: 'edge',
-      bucket_quota_usages: [{ bucket_id: { bucket: { tenant: 'acme', route: '/v1' } }, time_elapsed: { seconds: 5 }, num_requests_allowed: 7, num_requests_denied: 2 }],
+      bucket_quota_usages: [
+        { bucket_id: { bucket: { tenant: 'acme', route: '/v1' } }, time_elapsed: { seconds: 5 }, num_requests_allowed: 7, num_requests_denied: 2 },
+      ],
     };
     const decoded = RateLimitQuotaUsageReports.decode(Official.encode(Official.fromObject(message)).finish());
     assert.equal(decoded.domain, 'edge');
@@ -198,18 +209,28 @@ describe('RLQS bytes: official and ours agree both ways', () => {
           bucketId: { bucket: { tenant: 'acme' } },
           bucketAction: {
             $case: 'quotaAssignmentAction',
-            value: { assignmentTimeToLive: { seconds: 10, nanos: 0 }, rateLimitStrategy: { strategy: { $case: 'tokenBucket', value: { maxTokens: 12, tokensPerFill: 1, fillInterval: { seconds: 86400, nanos: 3 } } } } },
+            value: {
+              assignmentTimeToLive: { seconds: 10, nanos: 0 },
+              rateLimitStrategy: { strategy: { $case: 'tokenBucket', value: { maxTokens: 12, tokensPerFill: 1, fillInterval: { seconds: 86400, nanos: 3 } } } },
+            },
           },
         },
         { bucketId: { bucket: { tenant: 'gone' } }, bucketAction: { $case: 'abandonAction', value: {} } },
-        { bucketId: { bucket: { plan: 'gold' } }, bucketAction: { $case: 'quotaAssignmentAction', value: { rateLimitStrategy: { strategy: { $case: 'blanketRule', value: 1 } } } } },
+        {
+          bucketId: { bucket: { plan: 'gold' } },
+          bucketAction: { $case: 'quotaAssignmentAction', value: { rateLimitStrategy: { strategy: { $case: 'blanketRule', value: 1 } } } },
+        },
       ],
     }).finish();
     const decoded = Official.toObject(Official.decode(ourBytes), { enums: String, longs: Number, defaults: false }) as Record<string, any>;
     const [tokens, gone, blanket] = decoded.bucket_action;
     assert.deepEqual(tokens.bucket_id.bucket, { tenant: 'acme' });
     assert.equal(tokens.quota_assignment_action.assignment_time_to_live.seconds, 10);
-    assert.deepEqual(tokens.quota_assignment_action.rate_limit_strategy.token_bucket, { max_tokens: 12, tokens_per_fill: { value: 1 }, fill_interval: { seconds: 86400, nanos: 3 } });
+    assert.deepEqual(tokens.quota_assignment_action.rate_limit_strategy.token_bucket, {
+      max_tokens: 12,
+      tokens_per_fill: { value: 1 },
+      fill_interval: { seconds: 86400, nanos: 3 },
+    });
     assert.deepEqual(gone.abandon_action, {});
     assert.equal(blanket.quota_assignment_action.rate_limit_strategy.blanket_rule, 'DENY_ALL');
   });

@@ -20,7 +20,9 @@ const bytes = (maxLength: number) => fc.uint8Array({ maxLength }).map((a) => Buf
 // past the first byte and into its tables, Huffman strings and integers.
 const blockArb = fc.oneof(
   bytes(64),
-  fc.tuple(fc.constantFrom(...[0x82, 0x86, 0x44, 0x40, 0x3f, 0x20, 0x10, 0x00, 0xbe, 0xff, 0x7f].map((b) => Buffer.from([b]))), bytes(40)).map(([a, b]) => Buffer.concat([a, b])),
+  fc
+    .tuple(fc.constantFrom(...[0x82, 0x86, 0x44, 0x40, 0x3f, 0x20, 0x10, 0x00, 0xbe, 0xff, 0x7f].map((b) => Buffer.from([b]))), bytes(40))
+    .map(([a, b]) => Buffer.concat([a, b])),
   fc.tuple(fc.constantFrom(encodeHeaders(GOOD), encodeHeaders({ 'x-a': 'b' })), bytes(16)).map(([a, b]) => Buffer.concat([a, b])),
 );
 
@@ -59,10 +61,10 @@ const HPACK_RUNS = 10_000;
 if (!isMainThread) {
   let error: string | undefined;
   try {
-    fc.assert(
-      fc.property(fc.array(blockArb, { minLength: 1, maxLength: 4 }), fc.integer({ min: 0, max: 300 }), checkArbitraryBlocks),
-      { seed: SEED, numRuns: HPACK_RUNS },
-    );
+    fc.assert(fc.property(fc.array(blockArb, { minLength: 1, maxLength: 4 }), fc.integer({ min: 0, max: 300 }), checkArbitraryBlocks), {
+      seed: SEED,
+      numRuns: HPACK_RUNS,
+    });
   } catch (err) {
     error = err instanceof Error ? err.message : String(err);
   }
@@ -72,12 +74,10 @@ if (!isMainThread) {
 const nameArb = fc.stringMatching(/^[a-z][a-z0-9-]{0,15}$/);
 // Any octet the encoder writes as a plain latin1 string; values are not validated on this path.
 const valueArb = fc.uint8Array({ maxLength: 200 }).map((a) => Buffer.from(a).toString('latin1'));
-const headerMapArb = fc.record(
-  {
-    status: fc.option(fc.integer({ min: 100, max: 599 }), { nil: undefined }),
-    fields: fc.dictionary(nameArb, fc.oneof(valueArb, fc.array(valueArb, { minLength: 1, maxLength: 3 })), { maxKeys: 12 }),
-  },
-);
+const headerMapArb = fc.record({
+  status: fc.option(fc.integer({ min: 100, max: 599 }), { nil: undefined }),
+  fields: fc.dictionary(nameArb, fc.oneof(valueArb, fc.array(valueArb, { minLength: 1, maxLength: 3 })), { maxKeys: 12 }),
+});
 
 if (isMainThread) {
   describe('HPACK decoder', () => {
@@ -85,7 +85,9 @@ if (isMainThread) {
       const worker = new Worker(__filename);
       const outcome = await Promise.race([
         new Promise<string | null>((resolve, reject) => worker.once('message', resolve).once('error', reject)),
-        new Promise<string>((resolve) => setTimeout(() => resolve(`no answer within 15 s from ${HPACK_RUNS} decodes: a decoder loop that does not end`), 15_000).unref()),
+        new Promise<string>((resolve) =>
+          setTimeout(() => resolve(`no answer within 15 s from ${HPACK_RUNS} decodes: a decoder loop that does not end`), 15_000).unref(),
+        ),
       ]);
       await worker.terminate();
       assert.equal(outcome, null);
@@ -131,7 +133,9 @@ if (isMainThread) {
         // Anything: every type (10..15 unknown), every flag, any length up to 100.
         fc.tuple(fc.integer({ min: 0, max: 15 }), fc.integer({ min: 0, max: 255 }), id, payload).map(([t, f, i, p]) => frame(t, f, i, p)),
         // Well-formed frames, which take the parser into stream states the random ones rarely reach.
-        fc.tuple(fc.constantFrom(1, 3, 5), fc.boolean(), fc.dictionary(nameArb, fc.string({ maxLength: 20 }), { maxKeys: 3 })).map(([i, end, extra]) => headersFrame(i, { ...GOOD, ...extra }, end)),
+        fc
+          .tuple(fc.constantFrom(1, 3, 5), fc.boolean(), fc.dictionary(nameArb, fc.string({ maxLength: 20 }), { maxKeys: 3 }))
+          .map(([i, end, extra]) => headersFrame(i, { ...GOOD, ...extra }, end)),
         fc.tuple(fc.constantFrom(1, 3, 5), fc.boolean(), fc.integer({ min: 1, max: 40 })).map(([i, end, cut]) => {
           // A header block split over HEADERS and CONTINUATION.
           const block = encodeHeaders(GOOD);
@@ -141,11 +145,15 @@ if (isMainThread) {
         fc.tuple(fc.constantFrom(1, 3, 5), fc.integer({ min: 0, max: 9 }), payload).map(([i, f, p]) => frame(0, f & 1, i, p)),
         fc.tuple(id, fc.integer({ min: 0, max: 0xf })).map(([i, code]) => frame(3, 0, i, u32(code))),
         fc.tuple(id, fc.constantFrom(0, 1, 65_535, 0x7fffffff)).map(([i, inc]) => frame(8, 0, i, u32(inc))),
-        fc.array(fc.tuple(fc.integer({ min: 0, max: 8 }), fc.constantFrom(0, 1, 16_383, 16_384, 65_535, 2 ** 24, 0x7fffffff, 0x80000000, 0xffffffff)), { maxLength: 4 }).map((settings) => {
-          const p = Buffer.alloc(6 * settings.length);
-          settings.forEach(([k, v], n) => (p.writeUInt16BE(k, 6 * n), p.writeUInt32BE(v, 6 * n + 2)));
-          return frame(4, 0, 0, p);
-        }),
+        fc
+          .array(fc.tuple(fc.integer({ min: 0, max: 8 }), fc.constantFrom(0, 1, 16_383, 16_384, 65_535, 2 ** 24, 0x7fffffff, 0x80000000, 0xffffffff)), {
+            maxLength: 4,
+          })
+          .map((settings) => {
+            const p = Buffer.alloc(6 * settings.length);
+            settings.forEach(([k, v], n) => (p.writeUInt16BE(k, 6 * n), p.writeUInt32BE(v, 6 * n + 2)));
+            return frame(4, 0, 0, p);
+          }),
         fc.constant(frame(4, 1, 0)),
         fc.constantFrom(0, 1).map((f) => frame(6, f, 0, Buffer.from('fuzzping'))),
       );
@@ -163,7 +171,8 @@ if (isMainThread) {
       // The case's frames, then a PING of our own: its ACK comes once every frame before it was
       // handled, unless the connection ended first.
       const MARK = Buffer.from('endofcas');
-      const settle = (c: RawClient) => c.until('the PING ACK or the end', () => c.isClosed() || c.frames.some((f) => f.type === 6 && f.flags === 1 && f.payload.equals(MARK)));
+      const settle = (c: RawClient) =>
+        c.until('the PING ACK or the end', () => c.isClosed() || c.frames.some((f) => f.type === 6 && f.flags === 1 && f.payload.equals(MARK)));
 
       let cases = 0;
       let goaways = 0;
@@ -177,12 +186,17 @@ if (isMainThread) {
             const goaway = c.frames.find((f) => f.type === GOAWAY);
             // After the client's own GOAWAY an idle connection may just close (RFC 9113 6.8).
             const saidGoaway = frames.some((f) => f[3] === GOAWAY);
-            if (c.isClosed() && !saidGoaway) assert.ok(goaway, `closed without GOAWAY; frames back: ${JSON.stringify(c.frames.map((f) => [f.type, f.flags, f.id]))}`);
+            if (c.isClosed() && !saidGoaway)
+              assert.ok(goaway, `closed without GOAWAY; frames back: ${JSON.stringify(c.frames.map((f) => [f.type, f.flags, f.id]))}`);
             if (goaway) {
               goaways++;
               assert.ok(goawayCode(goaway) <= 0xd, `GOAWAY code ${goawayCode(goaway)}`);
             }
-            assert.deepEqual(warnings.map((w) => w.message), [], 'no internal error (SluiceHttp2Warning)');
+            assert.deepEqual(
+              warnings.map((w) => w.message),
+              [],
+              'no internal error (SluiceHttp2Warning)',
+            );
           } finally {
             c.close();
           }

@@ -6,7 +6,22 @@ import { after, before, describe, test } from 'node:test';
 import { encodeHeaders, HpackDecoder, HpackError } from '../../../src/server/h2grpc/hpack';
 import { WireStream } from '../../../src/server/h2grpc/wire';
 import { WINDOW_UPDATE } from '../../../src/server/h2grpc/frames';
-import { echoServer, frame, GOAWAY, goawayCode, GOOD, headersFrame, hex, PREFACE, raw, RST_STREAM, rstStream, SETTINGS_FRAME, settingsFrame, windowUpdate } from '../../support/h2-raw';
+import {
+  echoServer,
+  frame,
+  GOAWAY,
+  goawayCode,
+  GOOD,
+  headersFrame,
+  hex,
+  PREFACE,
+  raw,
+  RST_STREAM,
+  rstStream,
+  SETTINGS_FRAME,
+  settingsFrame,
+  windowUpdate,
+} from '../../support/h2-raw';
 
 // sluice's own HTTP/2 (src/server/h2grpc/wire.ts, GRPC_SERVER_IMPL=sluice) below gRPC: HPACK
 // against RFC 7541's examples and against node:http2's encoder (Huffman, dynamic table, eviction,
@@ -24,13 +39,36 @@ describe('HPACK decoder: RFC 7541 Appendix C', () => {
   // C.3 and C.4 encode the same three requests, without and with Huffman coding; each block
   // leans on the dynamic table the ones before it left.
   const requests = [
-    [[':method', 'GET'], [':scheme', 'http'], [':path', '/'], [':authority', 'www.example.com']],
-    [[':method', 'GET'], [':scheme', 'http'], [':path', '/'], [':authority', 'www.example.com'], ['cache-control', 'no-cache']],
-    [[':method', 'GET'], [':scheme', 'https'], [':path', '/index.html'], [':authority', 'www.example.com'], ['custom-key', 'custom-value']],
+    [
+      [':method', 'GET'],
+      [':scheme', 'http'],
+      [':path', '/'],
+      [':authority', 'www.example.com'],
+    ],
+    [
+      [':method', 'GET'],
+      [':scheme', 'http'],
+      [':path', '/'],
+      [':authority', 'www.example.com'],
+      ['cache-control', 'no-cache'],
+    ],
+    [
+      [':method', 'GET'],
+      [':scheme', 'https'],
+      [':path', '/index.html'],
+      [':authority', 'www.example.com'],
+      ['custom-key', 'custom-value'],
+    ],
   ];
   const cases: [string, string[]][] = [
-    ['C.3: requests without Huffman coding, the dynamic table carried from one to the next', ['828684410f7777772e6578616d706c652e636f6d', '828684be58086e6f2d6361636865', '828785bf400a637573746f6d2d6b65790c637573746f6d2d76616c7565']],
-    ['C.4: the same requests with Huffman coding', ['828684418cf1e3c2e5f23a6ba0ab90f4ff', '828684be5886a8eb10649cbf', '828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf']],
+    [
+      'C.3: requests without Huffman coding, the dynamic table carried from one to the next',
+      ['828684410f7777772e6578616d706c652e636f6d', '828684be58086e6f2d6361636865', '828785bf400a637573746f6d2d6b65790c637573746f6d2d76616c7565'],
+    ],
+    [
+      'C.4: the same requests with Huffman coding',
+      ['828684418cf1e3c2e5f23a6ba0ab90f4ff', '828684be5886a8eb10649cbf', '828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf'],
+    ],
   ];
   for (const [name, blocks] of cases) {
     test(name, () => {
@@ -42,13 +80,22 @@ describe('HPACK decoder: RFC 7541 Appendix C', () => {
   test('C.6: responses with Huffman coding and eviction from a 256-byte table', () => {
     const d = new HpackDecoder(256);
     // The table is shrunk by a size update first (the encoder's table is 256 bytes in the RFC).
-    const first = d.decode(hex('3fe101 48826402 5885aec3771a4b 6196d07abe941054d444a8200595040b8166e082a62d1bff 6e919d29ad171863c78f0b97c8e9ae82ae43d3'), 65536);
+    const first = d.decode(
+      hex('3fe101 48826402 5885aec3771a4b 6196d07abe941054d444a8200595040b8166e082a62d1bff 6e919d29ad171863c78f0b97c8e9ae82ae43d3'),
+      65536,
+    );
     assert.deepEqual(pairs(first.fields), [
-      [':status', '302'], ['cache-control', 'private'], ['date', 'Mon, 21 Oct 2013 20:13:21 GMT'], ['location', 'https://www.example.com'],
+      [':status', '302'],
+      ['cache-control', 'private'],
+      ['date', 'Mon, 21 Oct 2013 20:13:21 GMT'],
+      ['location', 'https://www.example.com'],
     ]);
     const second = d.decode(hex('4883640effc1c0bf'), 65536);
     assert.deepEqual(pairs(second.fields), [
-      [':status', '307'], ['cache-control', 'private'], ['date', 'Mon, 21 Oct 2013 20:13:21 GMT'], ['location', 'https://www.example.com'],
+      [':status', '307'],
+      ['cache-control', 'private'],
+      ['date', 'Mon, 21 Oct 2013 20:13:21 GMT'],
+      ['location', 'https://www.example.com'],
     ]);
   });
 
@@ -72,13 +119,21 @@ describe('HPACK decoder: RFC 7541 Appendix C', () => {
   test('our encoder: what the decoder reads back, :status first', () => {
     const block = encodeHeaders({ 'grpc-status': '0', ':status': 200, 'x-long': 'v'.repeat(300), 'x-many': ['a', 'b'] });
     assert.deepEqual(pairs(new HpackDecoder().decode(block, 65536).fields), [
-      [':status', '200'], ['grpc-status', '0'], ['x-long', 'v'.repeat(300)], ['x-many', 'a'], ['x-many', 'b'],
+      [':status', '200'],
+      ['grpc-status', '0'],
+      ['x-long', 'v'.repeat(300)],
+      ['x-many', 'a'],
+      ['x-many', 'b'],
     ]);
     assert.deepEqual(pairs(new HpackDecoder().decode(encodeHeaders({ ':status': 415 }), 65536).fields), [[':status', '415']]);
   });
 });
 
-function request(session: http2.ClientHttp2Session, headers: http2.OutgoingHttpHeaders, body?: Buffer): Promise<{ headers: http2.IncomingHttpHeaders; trailers: http2.IncomingHttpHeaders; body: Buffer }> {
+function request(
+  session: http2.ClientHttp2Session,
+  headers: http2.OutgoingHttpHeaders,
+  body?: Buffer,
+): Promise<{ headers: http2.IncomingHttpHeaders; trailers: http2.IncomingHttpHeaders; body: Buffer }> {
   return new Promise((resolve, reject) => {
     const req = session.request({ ':method': 'POST', ':path': '/echo', ...headers });
     let response: http2.IncomingHttpHeaders = {};
@@ -139,7 +194,7 @@ describe("sluice's HTTP/2 with node:http2 as the client", () => {
     }
   });
 
-  test("a client that shrinks its HPACK table to 0 is told so before our next header block (node:http2 refuses the block otherwise)", async () => {
+  test('a client that shrinks its HPACK table to 0 is told so before our next header block (node:http2 refuses the block otherwise)', async () => {
     const session = http2.connect(`http://127.0.0.1:${echo.port}`, { settings: { headerTableSize: 0 } });
     try {
       await new Promise((r) => session.once('remoteSettings', r));
@@ -232,7 +287,12 @@ describe("sluice's HTTP/2 with node:http2 as the client", () => {
 
 describe("sluice's HTTP/2: protocol errors from raw frames", () => {
   let echo: Awaited<ReturnType<typeof echoServer>>;
-  before(async () => (echo = await echoServer({ maxConcurrentStreams: 2 }, (stream) => stream.on('end', () => setTimeout(() => stream.respond({ ':status': 200 }, { endStream: true }), 50)))));
+  before(
+    async () =>
+      (echo = await echoServer({ maxConcurrentStreams: 2 }, (stream) =>
+        stream.on('end', () => setTimeout(() => stream.respond({ ':status': 200 }, { endStream: true }), 50)),
+      )),
+  );
   after(() => echo.stop());
 
   const connectionError = async (name: string, bytes: Buffer[], code: number) => {
@@ -250,7 +310,11 @@ describe("sluice's HTTP/2: protocol errors from raw frames", () => {
     await connectionError('a header block the decoder cannot read', [PREFACE, SETTINGS_FRAME, frame(1, 0x5, 1, hex('ff'))], 0x9);
     await connectionError('a stream id going backwards', [PREFACE, SETTINGS_FRAME, headersFrame(5, GOOD), headersFrame(3, GOOD)], 0x5);
     await connectionError('HEADERS on an even stream', [PREFACE, SETTINGS_FRAME, headersFrame(2, GOOD)], 0x1);
-    await connectionError('a frame between HEADERS and its CONTINUATION', [PREFACE, SETTINGS_FRAME, frame(1, 0, 1, encodeHeaders(GOOD)), frame(6, 0, 0, Buffer.alloc(8))], 0x1);
+    await connectionError(
+      'a frame between HEADERS and its CONTINUATION',
+      [PREFACE, SETTINGS_FRAME, frame(1, 0, 1, encodeHeaders(GOOD)), frame(6, 0, 0, Buffer.alloc(8))],
+      0x1,
+    );
     await connectionError('a WINDOW_UPDATE that overflows the window', [PREFACE, SETTINGS_FRAME, frame(8, 0, 0, hex('7fffffff'))], 0x3);
     await connectionError('PUSH_PROMISE from a client', [PREFACE, SETTINGS_FRAME, frame(5, 0x4, 1, Buffer.alloc(4))], 0x1);
   });
@@ -318,7 +382,10 @@ describe("sluice's HTTP/2: protocol errors from raw frames", () => {
     assert.equal(values.get(3), 2, 'SETTINGS_MAX_CONCURRENT_STREAMS');
     assert.equal(values.get(2), 0, 'SETTINGS_ENABLE_PUSH');
     assert.equal(window.type, 8);
-    assert.ok(c.frames.some((f) => f.type === 4 && f.flags === 1), 'SETTINGS ACK');
+    assert.ok(
+      c.frames.some((f) => f.type === 4 && f.flags === 1),
+      'SETTINGS ACK',
+    );
     const pong = await c.next(6);
     assert.equal(pong.flags, 1);
     assert.equal(pong.payload.toString(), 'abcdefgh');
@@ -458,7 +525,10 @@ describe("sluice's HTTP/2: what a peer can make a connection cost", () => {
       const c = await raw(server.port);
       c.send(PREFACE, SETTINGS_FRAME, ...streamIds(19).flatMap((id) => [headersFrame(id, GOOD, false), rstStream(id)]), headersFrame(39, GOOD));
       await c.next(1, 39);
-      assert.equal(c.frames.some((f) => f.type === GOAWAY), false);
+      assert.equal(
+        c.frames.some((f) => f.type === GOAWAY),
+        false,
+      );
       c.close();
     } finally {
       await server.stop();
@@ -520,14 +590,23 @@ describe("sluice's HTTP/2: what a peer can make a connection cost", () => {
       const c = await raw(server.port);
       c.send(PREFACE, SETTINGS_FRAME, headersFrame(1, GOOD, false));
       assert.equal((await c.next(RST_STREAM, 1)).payload.readUInt32BE(0), 0x0);
-      c.send(frame(0, 0, 1, Buffer.from('late')), headersFrame(1, { 'x-trailer': 'late' }), headersFrame(3, GOOD, false), rstStream(3), frame(0, 0, 3, Buffer.from('x')));
+      c.send(
+        frame(0, 0, 1, Buffer.from('late')),
+        headersFrame(1, { 'x-trailer': 'late' }),
+        headersFrame(3, GOOD, false),
+        rstStream(3),
+        frame(0, 0, 3, Buffer.from('x')),
+      );
       assert.equal((await c.next(RST_STREAM, 3)).payload.readUInt32BE(0), 0x0, 'our answer to stream 3 came first');
       c.send(headersFrame(5, GOOD, false), rstStream(5));
       await new Promise((r) => setTimeout(r, 50));
       c.send(frame(0, 0, 5, Buffer.from('x')), headersFrame(7, GOOD));
       await c.next(1, 7);
       assert.equal(c.frames.filter((f) => f.type === RST_STREAM && f.id === 1).length, 1, 'nothing more for stream 1');
-      assert.equal(c.frames.some((f) => f.type === GOAWAY), false);
+      assert.equal(
+        c.frames.some((f) => f.type === GOAWAY),
+        false,
+      );
       c.close();
     } finally {
       await server.stop();

@@ -97,7 +97,10 @@ for (const [version, Client] of [
       const r = await stream.ask({ $case: 'listServices', value: '' });
       stream.close();
       assert.equal(r.messageResponse?.$case, 'listServicesResponse');
-      assert.deepEqual(r.messageResponse.value.service.map((x) => x.name), SERVICES);
+      assert.deepEqual(
+        r.messageResponse.value.service.map((x) => x.name),
+        SERVICES,
+      );
     });
 
     test('every listed service resolves: its file and all imports by file name, with fully qualified types', async () => {
@@ -106,7 +109,10 @@ for (const [version, Client] of [
         const first = await stream.files({ $case: 'fileContainingSymbol', value: service });
         // The file itself first; grpc-go adds the imports not yet sent, which we ask for by name below anyway.
         const files = new Map<string, FileDescriptorProto>([[first[0].name, first[0]]]);
-        assert.ok(first[0].service.some((x) => `${first[0].package}.${x.name}` === service), `${service} is in ${first[0].name}`);
+        assert.ok(
+          first[0].service.some((x) => `${first[0].package}.${x.name}` === service),
+          `${service} is in ${first[0].name}`,
+        );
         for (let pending = first[0].dependency; pending.length > 0; ) {
           const name = pending[0];
           const [file] = await stream.files({ $case: 'fileByFilename', value: name });
@@ -128,10 +134,20 @@ for (const [version, Client] of [
       const rls = files.get(RLS_FILE)!;
       const descriptors = rls.messageType.find((m) => m.name === 'RateLimitRequest')!.field.find((f) => f.name === 'descriptors')!;
       assert.equal(descriptors.typeName, '.envoy.extensions.common.ratelimit.v3.RateLimitDescriptor');
-      const method = createFileRegistry(rls, (name) => files.get(name)).getService(RLS)!.methods.find((m) => m.name === 'ShouldRateLimit')!;
+      const method = createFileRegistry(rls, (name) => files.get(name))
+        .getService(RLS)!
+        .methods.find((m) => m.name === 'ShouldRateLimit')!;
       const request = fromJson(method.input, {
         domain: 'edge',
-        descriptors: [{ entries: [{ key: 'tenant', value: 'acme' }] }, { entries: [{ key: 'tenant', value: 'acme' }, { key: 'route', value: '/v1/payments/checkout' }] }],
+        descriptors: [
+          { entries: [{ key: 'tenant', value: 'acme' }] },
+          {
+            entries: [
+              { key: 'tenant', value: 'acme' },
+              { key: 'route', value: '/v1/payments/checkout' },
+            ],
+          },
+        ],
       });
       const raw = new grpc.Client(`127.0.0.1:${s.grpcPort}`, grpc.credentials.createInsecure());
       try {

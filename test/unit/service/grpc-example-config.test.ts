@@ -34,7 +34,10 @@ describe('gRPC ShouldRateLimit against the example config', () => {
     assert.deepEqual(codes, [...Array(10).fill(Code.OK), Code.OVER_LIMIT, Code.OVER_LIMIT]);
     assert.equal(last?.statuses[0].code, Code.OVER_LIMIT);
     assert.equal(last?.statuses[0].limitRemaining, 0);
-    assert.deepEqual(last?.responseHeadersToAdd.map((h) => [h.key, h.value]), [['Retry-After', '60']]);
+    assert.deepEqual(
+      last?.responseHeadersToAdd.map((h) => [h.key, h.value]),
+      [['Retry-After', '60']],
+    );
     clock.advance(60_000);
     assert.equal((await s.call({ domain: 'edge', descriptors: [d(['tenant', 'acme'])] })).overallCode, Code.OK);
   });
@@ -118,8 +121,7 @@ describe('gRPC ShouldRateLimit against the example config', () => {
 
   test('health: SERVING for "" and "ratelimit", NOT_FOUND for other names', async () => {
     const health = new HealthClient(`127.0.0.1:${s.grpcPort}`, grpc.credentials.createInsecure());
-    const check = (service: string) =>
-      new Promise<{ status: Serving }>((resolve, reject) => health.check({ service }, (e, r) => (e ? reject(e) : resolve(r))));
+    const check = (service: string) => new Promise<{ status: Serving }>((resolve, reject) => health.check({ service }, (e, r) => (e ? reject(e) : resolve(r))));
     assert.equal((await check('')).status, Serving.SERVING);
     assert.equal((await check('ratelimit')).status, Serving.SERVING);
     await assert.rejects(check('other'), (e: grpc.ServiceError) => e.code === grpc.status.NOT_FOUND);

@@ -43,7 +43,13 @@ test("a misspelt domain: OK with no limit, counted per descriptor by upstream's 
     for (let i = 0; i < 3; i++) {
       const answer = await s.call({ domain: 'egde', descriptors: two });
       assert.equal(answer.overallCode, 1); // OK
-      assert.deepEqual(answer.statuses.map((x) => [x.code, x.currentLimit]), [[1, undefined], [1, undefined]]);
+      assert.deepEqual(
+        answer.statuses.map((x) => [x.code, x.currentLimit]),
+        [
+          [1, undefined],
+          [1, undefined],
+        ],
+      );
     }
     await s.call({ domain: 'edge', descriptors: two });
     assert.deepEqual(await notFound(s), { 'domain=egde': 6 });

@@ -161,7 +161,8 @@ describe('unknown numbers in responses', () => {
 
 describe('unknown numbers from the store to the answer', () => {
   const config = (): CompiledConfig => {
-    const text = 'domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n  - key: b\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n';
+    const text =
+      'domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n  - key: b\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n';
     const loaded = loadConfigSources([{ file: 'd.yaml', text }], { mergeDomains: false });
     assert.deepEqual(loaded.errors, []);
     assert.ok(loaded.config);

@@ -4,7 +4,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { ManualClock } from '../../../src/clock';
-import { type RateLimitResponse, RateLimitResponse_Code as Code, RateLimitResponse_RateLimit_Unit as Unit } from '../../../src/gen/envoy/service/ratelimit/v3/rls';
+import {
+  type RateLimitResponse,
+  RateLimitResponse_Code as Code,
+  RateLimitResponse_RateLimit_Unit as Unit,
+} from '../../../src/gen/envoy/service/ratelimit/v3/rls';
 import type { Settings } from '../../../src/settings';
 import { d, startApp } from '../../support/app';
 
@@ -135,10 +139,7 @@ scenario(
     domain: 'another',
     descriptors: [[['key2', 'r2']], [['key3', 'r2']]],
     overall: i >= 10 ? OVER : OK,
-    statuses: [
-      [OK, 20, Unit.MINUTE, 20 - (i + 1)] as Expect,
-      [i >= 10 ? OVER : OK, 10, Unit.HOUR, i >= 10 ? 0 : 10 - (i + 1)] as Expect,
-    ],
+    statuses: [[OK, 20, Unit.MINUTE, 20 - (i + 1)] as Expect, [i >= 10 ? OVER : OK, 10, Unit.HOUR, i >= 10 ? 0 : 10 - (i + 1)] as Expect],
   })),
   (step, i) => (i >= 10 ? { ...step, statuses: [[OK, 20, Unit.MINUTE, 10], step.statuses[1]] } : step),
 );
@@ -149,8 +150,14 @@ scenario(
   Array.from({ length: 12 }, (_, i) => ({
     domain: 'example7',
     descriptors: [
-      [['key_1', 'value_1'], ['user', 'bkthomps']],
-      [['key_2', 'value_2'], ['user', 'bkthomps']],
+      [
+        ['key_1', 'value_1'],
+        ['user', 'bkthomps'],
+      ],
+      [
+        ['key_2', 'value_2'],
+        ['user', 'bkthomps'],
+      ],
     ],
     overall: i >= 10 ? OVER : OK,
     statuses: [[OK, undefined, undefined, 0] as Expect, [i >= 10 ? OVER : OK, 10, Unit.SECOND, i >= 10 ? 0 : 9 - i] as Expect],
@@ -184,8 +191,24 @@ scenario(
 
 // quota_mode: a failed quota descriptor fails the request only when every quota descriptor failed.
 scenario('quota_mode rules', [
-  { domain: 'modes', descriptors: [[['quota', 'q']], [['quota_big', 'q']]], overall: OK, statuses: [[OK, 1, Unit.MINUTE, 0], [OK, 100, Unit.MINUTE, 99]] },
-  { domain: 'modes', descriptors: [[['quota', 'q']], [['quota_big', 'q']]], overall: OK, statuses: [[OVER, 1, Unit.MINUTE, 0], [OK, 100, Unit.MINUTE, 98]] },
+  {
+    domain: 'modes',
+    descriptors: [[['quota', 'q']], [['quota_big', 'q']]],
+    overall: OK,
+    statuses: [
+      [OK, 1, Unit.MINUTE, 0],
+      [OK, 100, Unit.MINUTE, 99],
+    ],
+  },
+  {
+    domain: 'modes',
+    descriptors: [[['quota', 'q']], [['quota_big', 'q']]],
+    overall: OK,
+    statuses: [
+      [OVER, 1, Unit.MINUTE, 0],
+      [OK, 100, Unit.MINUTE, 98],
+    ],
+  },
   { domain: 'modes', descriptors: [[['quota', 'q']]], overall: OVER, statuses: [[OVER, 1, Unit.MINUTE, 0]] },
 ]);
 

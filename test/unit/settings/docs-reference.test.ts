@@ -15,7 +15,9 @@ test('docs/settings.md is what the settings table produces', () => {
 });
 
 test('the reference has one row per setting, naming its variables and flag', () => {
-  const rows = settingsReference().split('\n').filter((l) => l.startsWith('| `'));
+  const rows = settingsReference()
+    .split('\n')
+    .filter((l) => l.startsWith('| `'));
   assert.equal(rows.length, SETTINGS.length);
   for (const [i, s] of SETTINGS.entries()) {
     for (const name of [...s.env, `--${s.flag}`]) assert.ok(rows[i].includes(`\`${name}\``), `${s.key}: ${name}`);
@@ -23,7 +25,10 @@ test('the reference has one row per setting, naming its variables and flag', () 
 });
 
 test("the COMPAT_MODE=upstream column shows envoyproxy/ratelimit's defaults", () => {
-  const row = (env: string) => settingsReference().split('\n').find((l) => l.startsWith(`| \`${env}\``))!;
+  const row = (env: string) =>
+    settingsReference()
+      .split('\n')
+      .find((l) => l.startsWith(`| \`${env}\``))!;
   assert.match(row('REDIS_TIMEOUT'), /\| `1s` \| 10s \|/);
   assert.match(row('STORE_DEADLINE'), /\| as `REDIS_TIMEOUT` \|/);
   assert.match(row('COUNT_DENIED_HITS'), /\| not `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` \|/);

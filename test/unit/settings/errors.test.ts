@@ -9,7 +9,10 @@ import { compatModeLine, loadSettings, SETTINGS } from '../../../src/settings';
 describe('Redis targets are checked with the settings', () => {
   test('a bad GLOBAL_REDIS_URL, named as such, before anything is built', () => {
     const env = { STORE: 'redis', REGION: 'eu', GLOBAL_REDIS_URL: 'redis://:6379' };
-    assert.throws(() => loadSettings([], env), (err: Error) => err instanceof SettingsError && err.message.startsWith("GLOBAL_REDIS_URL: 'redis://:6379' has no host"));
+    assert.throws(
+      () => loadSettings([], env),
+      (err: Error) => err instanceof SettingsError && err.message.startsWith("GLOBAL_REDIS_URL: 'redis://:6379' has no host"),
+    );
   });
 });
 
@@ -23,9 +26,13 @@ describe('COMPAT_MODE=upstream follows the upstream column of the table', () => 
 
   test("each takes upstream's default unless given explicitly", () => {
     const s = loadSettings([], { COMPAT_MODE: 'upstream', REDIS_TIMEOUT: '250ms' }) as unknown as Record<string, unknown>;
-    assert.deepEqual(
-      Object.fromEntries(upstream.map((row) => [row.key, s[row.key]])),
-      { redisTimeoutMs: 250, storeDeadlineMs: 250, overLimitCacheSize: 0, leaseAutoThreshold: 0, countDeniedHits: true, retryAfterEnabled: false },
-    );
+    assert.deepEqual(Object.fromEntries(upstream.map((row) => [row.key, s[row.key]])), {
+      redisTimeoutMs: 250,
+      storeDeadlineMs: 250,
+      overLimitCacheSize: 0,
+      leaseAutoThreshold: 0,
+      countDeniedHits: true,
+      retryAfterEnabled: false,
+    });
   });
 });

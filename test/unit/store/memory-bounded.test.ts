@@ -139,7 +139,7 @@ describe('approximate tier only over-counts', () => {
           clock.advance(rand(40));
           const key = `k=${rand(60)}`;
           const periodMs = key.length % 2 === 0 ? 1000 : 3000;
-          const c = check(key, { algorithm, limit: 5, burst: 3 + (periodMs / 1000), periodMs, hits: 1 + rand(2) });
+          const c = check(key, { algorithm, limit: 5, burst: 3 + periodMs / 1000, periodMs, hits: 1 + rand(2) });
           const got = bounded.decideNow([c], opts);
           const truth = exact.decideNow([c], opts, !got.admitted);
           if (got.admitted) {

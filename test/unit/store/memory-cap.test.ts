@@ -16,10 +16,7 @@ test('at the memory key cap no live counter is evicted; overflow is logged once 
       done();
     },
   });
-  const s = await startApp(
-    { configPaths: [path.resolve(__dirname, '../../../../examples/config')], memoryMaxKeys: 5 },
-    { logger: createLogger('info', sink) },
-  );
+  const s = await startApp({ configPaths: [path.resolve(__dirname, '../../../../examples/config')], memoryMaxKeys: 5 }, { logger: createLogger('info', sink) });
   try {
     const tenant = (t: string) => s.call({ domain: 'edge', descriptors: [d(['tenant', t])] });
     // The free tier: 10 a minute. Exhaust t0, then fill the other 4 slots.

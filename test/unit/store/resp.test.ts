@@ -61,7 +61,10 @@ describe('RESP written by sluice (decide calls)', () => {
       mode: 'enforce',
       ...over,
     });
-    const first = [check('sluice:{edge|tenant=acme}|fixed_window:60000', 1), check('sluice:{edge|tenant=acme}|route=/ü|sliding_window:1000', 3, { algorithm: 'sliding_window', mode: 'shadow' })];
+    const first = [
+      check('sluice:{edge|tenant=acme}|fixed_window:60000', 1),
+      check('sluice:{edge|tenant=acme}|route=/ü|sliding_window:1000', 3, { algorithm: 'sliding_window', mode: 'shadow' }),
+    ];
     const second = [
       check('k', 0, { algorithm: 'token_bucket', burst: 50, mode: 'quota' }),
       check('sluice:{edge|tenant=日本}|fixed_window:60000', 1_000_000_000, { layout: 'upstream' }),
@@ -82,7 +85,10 @@ describe('RESP written by sluice (decide calls)', () => {
       // Each key once, in order of first use (second[1] is in two requests); with window hashes,
       // fixed windows in sluice's layout first, period by period.
       const keys = windows === undefined ? [first[0], first[1], second[1], second[2], second[0]] : [first[0], second[2], first[1], second[1], second[0]];
-      assert.deepEqual(args.slice(0, numKeys), keys.map((c) => c.key));
+      assert.deepEqual(
+        args.slice(0, numKeys),
+        keys.map((c) => c.key),
+      );
       // Read back as decide.lua reads it: the window-hash groups (a spec and a number of keys
       // each), then each limit's key, spec and hits, request by request.
       const argv = args.slice(numKeys).map(String);
@@ -109,7 +115,10 @@ describe('RESP written by sluice (decide calls)', () => {
         read.push(limits);
       }
       assert.deepEqual(argv.slice(0, 4), [countDenied ? '1' : '0', time, scope, '3']);
-      assert.deepEqual(read, requests.map((r) => r.idx.map((i) => `${r.all[i].key} ${spec(r.all[i])} ${r.all[i].hits}`)));
+      assert.deepEqual(
+        read,
+        requests.map((r) => r.idx.map((i) => `${r.all[i].key} ${spec(r.all[i])} ${r.all[i].hits}`)),
+      );
       assert.deepEqual(encodeCall('FCALL', 'sluice_abc_decide', numKeys, args), ioredisBytes('FCALL', ['sluice_abc_decide', numKeys, ...args]));
     }
   });

@@ -34,7 +34,13 @@ const CALLS: [entries: [string, string][], times: number][] = [
   [[['host', 'api.example.org']], 2],
   [[['source', '10.0.0.1']], 1],
   [[['source', '10.0.9.9']], 3],
-  [[['tenant', 'acme'], ['host', 'a.b.c']], 1],
+  [
+    [
+      ['tenant', 'acme'],
+      ['host', 'a.b.c'],
+    ],
+    1,
+  ],
 ];
 
 test('detailed_metric and value_to_metric label values carry whole descriptor values in /metrics; statsd names unchanged', async () => {

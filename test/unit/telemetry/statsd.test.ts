@@ -41,7 +41,11 @@ interface Listener {
 }
 
 function collector(packets: string[], port: number, close: () => Promise<void>): Listener {
-  const lines = () => packets.join('\n').split('\n').filter((l) => l !== '');
+  const lines = () =>
+    packets
+      .join('\n')
+      .split('\n')
+      .filter((l) => l !== '');
   return {
     port,
     packets,
@@ -87,7 +91,13 @@ describe('statsd output with upstream names', () => {
   test('per-rule, config and call counters: exact lines, types |c, batched', async () => {
     const statsd = await udpListener();
     // An hour: nothing is sent before stop() makes the last flush, so the lines are exactly the totals.
-    const running = await startApp({ configPaths: [dir], statsdEnabled: true, statsdHost: '127.0.0.1', statsdPort: statsd.port, statsFlushIntervalMs: 3_600_000 });
+    const running = await startApp({
+      configPaths: [dir],
+      statsdEnabled: true,
+      statsdHost: '127.0.0.1',
+      statsdPort: statsd.port,
+      statsFlushIntervalMs: 3_600_000,
+    });
     try {
       const codes: string[] = [];
       for (let i = 0; i < 5; i++) codes.push(String((await running.call({ domain: 'edge', descriptors: [d(['tenant', 'acme'])] })).overallCode));
@@ -100,25 +110,28 @@ describe('statsd output with upstream names', () => {
       await running.stop();
     }
     await statsd.waitFor((l) => l.some((x) => x.startsWith('ratelimit_server.')), 'the last flush');
-    assert.deepEqual(statsd.lines().sort(), [
-      // 3 admitted, 2 denied; the third admitted hit passed 80% of 3.
-      `${R}.edge.tenant.total_hits:5|c`,
-      `${R}.edge.tenant.within_limit:3|c`,
-      `${R}.edge.tenant.over_limit:2|c`,
-      `${R}.edge.tenant.near_limit:1|c`,
-      // detailed_metric: the value is in the name, an IPv4 address's dots made '_' as upstream does.
-      `${R}.edge.remote_address_10_0_0_1.total_hits:2|c`,
-      `${R}.edge.remote_address_10_0_0_1.within_limit:2|c`,
-      // shadow_mode: the second hit would have been denied.
-      `${R}.edge.route_/a.total_hits:2|c`,
-      `${R}.edge.route_/a.within_limit:1|c`,
-      `${R}.edge.route_/a.near_limit:1|c`,
-      `${R}.edge.route_/a.over_limit:1|c`,
-      `${R}.edge.route_/a.shadow_mode:1|c`,
-      'ratelimit.service.config_load_success:1|c',
-      'ratelimit.service.call.should_rate_limit.service_error:1|c',
-      'ratelimit_server.ShouldRateLimit.total_requests:10|c',
-    ].sort());
+    assert.deepEqual(
+      statsd.lines().sort(),
+      [
+        // 3 admitted, 2 denied; the third admitted hit passed 80% of 3.
+        `${R}.edge.tenant.total_hits:5|c`,
+        `${R}.edge.tenant.within_limit:3|c`,
+        `${R}.edge.tenant.over_limit:2|c`,
+        `${R}.edge.tenant.near_limit:1|c`,
+        // detailed_metric: the value is in the name, an IPv4 address's dots made '_' as upstream does.
+        `${R}.edge.remote_address_10_0_0_1.total_hits:2|c`,
+        `${R}.edge.remote_address_10_0_0_1.within_limit:2|c`,
+        // shadow_mode: the second hit would have been denied.
+        `${R}.edge.route_/a.total_hits:2|c`,
+        `${R}.edge.route_/a.within_limit:1|c`,
+        `${R}.edge.route_/a.near_limit:1|c`,
+        `${R}.edge.route_/a.over_limit:1|c`,
+        `${R}.edge.route_/a.shadow_mode:1|c`,
+        'ratelimit.service.config_load_success:1|c',
+        'ratelimit.service.call.should_rate_limit.service_error:1|c',
+        'ratelimit_server.ShouldRateLimit.total_requests:10|c',
+      ].sort(),
+    );
     // Batched: a handful of datagrams, not one per request or per line.
     assert.ok(statsd.packets.length <= 2, `${statsd.packets.length} datagrams`);
     await statsd.close();
@@ -126,7 +139,14 @@ describe('statsd output with upstream names', () => {
 
   test('periodic flushes send what changed since the last one, with EXTRA_TAGS', async () => {
     const statsd = await udpListener();
-    const running = await startApp({ configPaths: [dir], statsdEnabled: true, statsdHost: '127.0.0.1', statsdPort: statsd.port, statsFlushIntervalMs: 50, extraTags: ['env:prod.eu', 'app:edge'] });
+    const running = await startApp({
+      configPaths: [dir],
+      statsdEnabled: true,
+      statsdHost: '127.0.0.1',
+      statsdPort: statsd.port,
+      statsFlushIntervalMs: 50,
+      extraTags: ['env:prod.eu', 'app:edge'],
+    });
     const tags = '.__app=edge.__env=prod_eu';
     const hits = () => statsd.lines().filter((l) => l.startsWith(`${R}.edge.tenant.total_hits`));
     try {
@@ -150,17 +170,27 @@ describe('statsd output with upstream names', () => {
 
   test('STATSD_PROTOCOL=tcp: newline-terminated lines over one connection', async () => {
     const statsd = await tcpListener();
-    const running = await startApp({ configPaths: [dir], statsdEnabled: true, statsdHost: '127.0.0.1', statsdPort: statsd.port, statsdProtocol: 'tcp', statsFlushIntervalMs: 3_600_000 });
+    const running = await startApp({
+      configPaths: [dir],
+      statsdEnabled: true,
+      statsdHost: '127.0.0.1',
+      statsdPort: statsd.port,
+      statsdProtocol: 'tcp',
+      statsFlushIntervalMs: 3_600_000,
+    });
     await running.call({ domain: 'edge', descriptors: [d(['tenant', 'gamma'])] });
     await running.stop();
     await statsd.waitFor((l) => l.length >= 4, 'the last flush');
     assert.ok(statsd.packets.join('').endsWith('\n'));
-    assert.deepEqual(statsd.lines().sort(), [
-      `${R}.edge.tenant.total_hits:1|c`,
-      `${R}.edge.tenant.within_limit:1|c`,
-      'ratelimit.service.config_load_success:1|c',
-      'ratelimit_server.ShouldRateLimit.total_requests:1|c',
-    ].sort());
+    assert.deepEqual(
+      statsd.lines().sort(),
+      [
+        `${R}.edge.tenant.total_hits:1|c`,
+        `${R}.edge.tenant.within_limit:1|c`,
+        'ratelimit.service.config_load_success:1|c',
+        'ratelimit_server.ShouldRateLimit.total_requests:1|c',
+      ].sort(),
+    );
     await statsd.close();
   });
 
@@ -168,8 +198,17 @@ describe('statsd output with upstream names', () => {
     const def = loadSettings([], {});
     assert.equal(def.statsdEnabled, false);
     assert.deepEqual([def.statsdHost, def.statsdPort, def.statsdProtocol, def.statsFlushIntervalMs, def.extraTags], ['localhost', 8125, 'udp', 10_000, []]);
-    const s = loadSettings([], { USE_STATSD: 'true', STATSD_HOST: 'statsd.monitoring', STATSD_PORT: '9125', STATS_FLUSH_INTERVAL: '5s', EXTRA_TAGS: 'k1:v1,k2:v2' });
-    assert.deepEqual([s.statsdEnabled, s.statsdHost, s.statsdPort, s.statsFlushIntervalMs, s.extraTags], [true, 'statsd.monitoring', 9125, 5000, ['k1:v1', 'k2:v2']]);
+    const s = loadSettings([], {
+      USE_STATSD: 'true',
+      STATSD_HOST: 'statsd.monitoring',
+      STATSD_PORT: '9125',
+      STATS_FLUSH_INTERVAL: '5s',
+      EXTRA_TAGS: 'k1:v1,k2:v2',
+    });
+    assert.deepEqual(
+      [s.statsdEnabled, s.statsdHost, s.statsdPort, s.statsFlushIntervalMs, s.extraTags],
+      [true, 'statsd.monitoring', 9125, 5000, ['k1:v1', 'k2:v2']],
+    );
     assert.throws(() => loadSettings([], { EXTRA_TAGS: 'novalue' }), /EXTRA_TAGS: expected key:value, got 'novalue'/);
   });
 

@@ -52,9 +52,12 @@ test('every StoreEvents method maps to its metric and log line', async () => {
   ev.leaseServed(17);
   ev.replicas(3);
 
-  assert.equal(await value(metrics, 'sluice_store_duration_seconds', { operation: 'decide', result: 'ok' }) > 0, true);
+  assert.equal((await value(metrics, 'sluice_store_duration_seconds', { operation: 'decide', result: 'ok' })) > 0, true);
   const count = (await metrics.storeDuration.get()).values.filter((v) => v.metricName === 'sluice_store_duration_seconds_count');
-  assert.deepEqual(count.map((v) => [v.labels.operation, v.labels.result, v.value]).sort(), [['decide', 'ok', 1], ['refund', 'error', 1]]);
+  assert.deepEqual(count.map((v) => [v.labels.operation, v.labels.result, v.value]).sort(), [
+    ['decide', 'ok', 1],
+    ['refund', 'error', 1],
+  ]);
   assert.equal(await value(metrics, 'sluice_store_failures_total', { kind: 'timeout' }), 1);
   assert.equal(await value(metrics, 'sluice_store_failures_total', { kind: 'stalled' }), 1);
   assert.equal(await value(metrics, 'sluice_store_failures_total', { kind: 'error' }), 1);
