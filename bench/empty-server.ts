@@ -1,5 +1,5 @@
 import * as grpc from '@grpc/grpc-js';
-import { RateLimitResponse, RateLimitResponse_Code, RateLimitServiceService } from '../src/gen/envoy/service/ratelimit/v3/rls';
+import { type RateLimitResponse, RateLimitResponse_Code, RateLimitServiceService } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { GRPC_SERVER_OPTIONS } from '../src/server/grpc';
 import { H2GrpcServer } from '../src/server/h2grpc/server';
 

@@ -112,7 +112,7 @@ async function measure(redisPort: number, workers: number, descriptors: number):
 }
 
 export async function processMemory(): Promise<MemoryRow[] | string> {
-  let redis;
+  let redis: Awaited<ReturnType<typeof startRedis>>;
   try {
     redis = await startRedis();
   } catch (err) {

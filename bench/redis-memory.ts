@@ -29,7 +29,7 @@ async function usedMemory(client: Redis): Promise<number> {
 // fields of their window's hash (WINDOW_COUNTERS=hash, the default): MEMORY USAGE of the key, or
 // of the whole hash divided among its fields, and used_memory's growth per counter.
 export async function redisMemory(count = 20_000): Promise<{ layout: string; memoryUsage: number; usedMemoryPerKey: number; sampleKey: string }[] | string> {
-  let node;
+  let node: Awaited<ReturnType<typeof startRedis>>;
   try {
     node = await startRedis();
   } catch (err) {

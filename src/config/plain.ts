@@ -28,7 +28,7 @@ export function toPlain(ctx: PlainContext, node: unknown, depth = 0): unknown {
   }
   for (const m of merged) {
     if (typeof m !== 'object' || m === null || Array.isArray(m)) continue;
-    for (const [k, v] of Object.entries(m)) if (!Object.prototype.hasOwnProperty.call(out, k)) define(out, k, v);
+    for (const [k, v] of Object.entries(m)) if (!Object.hasOwn(out, k)) define(out, k, v);
   }
   return out;
 }

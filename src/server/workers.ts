@@ -143,7 +143,6 @@ class WorkerSet {
   private readonly collecting = new Map<string, (m: Collected | undefined) => void>();
   private readonly restarts: Counter;
   private readonly perWorker: Gauge<'worker'>;
-  private readonly serving: Gauge<'state'>;
   configNow: () => ToWorker = () => ({ type: 'config', trigger: 'startup' });
   onFatal: (message: string) => void = () => undefined;
 
@@ -162,7 +161,8 @@ class WorkerSet {
       registers,
     });
     const slots = this.slots;
-    this.serving = new Gauge({
+    // Registered with its collect callback; nothing else touches it.
+    new Gauge({
       name: 'sluice_workers',
       help: 'Workers of this process by state: expected (WORKERS), serving (ready on their own)',
       labelNames: ['state'],

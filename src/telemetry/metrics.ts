@@ -55,7 +55,6 @@ export class Metrics {
   setSource?: () => Promise<SetScrape>;
   // Calls for a domain no config defines (domain-not-found.ts).
   readonly domainNotFound: DomainNotFound;
-  private readonly ruleStats: Record<RuleStat, Counter<'domain' | 'key1' | 'key2'>>;
   // Hits per stats key (bounded by the config's rules, see above), by RULE_STATS index.
   private readonly ruleTallies = new StatKeyMap<RuleTally>();
 
@@ -216,13 +215,8 @@ export class Metrics {
     registerLocalCacheGauges(registers, () => keys.localCacheTotals());
     registerOverLimitCacheSeries(registers, () => keys.localCacheTotals());
     this.domainNotFound = new DomainNotFound(registers);
-    this.ruleStats = {
-      total_hits: rule('total_hits'),
-      over_limit: rule('over_limit'),
-      near_limit: rule('near_limit'),
-      within_limit: rule('within_limit'),
-      shadow_mode: rule('shadow_mode'),
-    };
+    // Registered with their collect callbacks (the tallies below); nothing else touches them.
+    for (const stat of RULE_STATS) rule(stat);
     registerUpstreamSeries(this.registry, this);
     registerBuildInfo(registers);
     // EXTRA_TAGS: constant labels on every series, as upstream puts them on every stat.

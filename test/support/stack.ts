@@ -2,7 +2,7 @@ import { Cluster, Redis } from 'ioredis';
 import { type Clock, monotonicClock } from '../../src/clock';
 import { defaultSettings, redisStackOptions, type Settings } from '../../src/settings';
 import { createRedisStack, type RedisStackOptions } from '../../src/store/compose';
-import { type StoreEvents } from '../../src/store/events';
+import type { StoreEvents } from '../../src/store/events';
 import { RedisStore } from '../../src/store/redis';
 import type { Store } from '../../src/store/store';
 

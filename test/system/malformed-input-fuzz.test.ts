@@ -97,14 +97,14 @@ const hostile: ((base: Buffer, n: number) => Buffer)[] = [
     return Buffer.concat([base, ld(2, inner)]);
   },
   // huge fields: many descriptors, many entries, a long value, a big message near and over 4 MiB
-  (base, n) =>
+  (_base, n) =>
     Buffer.concat([Buffer.from([0x0a, 4, ...Buffer.from('edge')]), ...Array.from({ length: 900 + (n % 400) }, (_, i) => ld(2, entry('tenant', `t${i}`)))]),
-  (base, n) =>
+  (_base, n) =>
     Buffer.concat([
       Buffer.from([0x0a, 4, ...Buffer.from('edge')]),
       ld(2, Buffer.concat(Array.from({ length: 40 + (n % 60) }, (_, i) => entry('tenant', `t${i}`)))),
     ]),
-  (base, n) => Buffer.concat([Buffer.from([0x0a, 4, ...Buffer.from('edge')]), ld(2, entry('tenant', 'v'.repeat(60_000 + (n % 10_000))))]),
+  (_base, n) => Buffer.concat([Buffer.from([0x0a, 4, ...Buffer.from('edge')]), ld(2, entry('tenant', 'v'.repeat(60_000 + (n % 10_000))))]),
   (base, n) => Buffer.concat([base, ld(1, Buffer.alloc(n % 2 === 0 ? 3_500_000 : 4_300_000, 0x61))]),
   // wrong wire types for known fields
   (base) => Buffer.concat([Buffer.from([0x08, 0x05, 0x15, 1, 2, 3, 4, 0x19, 1, 2, 3, 4, 5, 6, 7, 8]), base]),

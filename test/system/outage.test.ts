@@ -13,7 +13,7 @@ import {
 } from '../../src/gen/envoy/service/ratelimit/v3/rls';
 import { metricSum, waitReady } from '../../bench/fleet';
 import { d } from '../support/app';
-import { type ServerProcess, spawnServer } from '../support/process';
+import { spawnServer } from '../support/process';
 import { type RedisNode, startRedis, stopAll } from '../support/redis';
 
 // Callers give a deadline, as Envoy does (its filter timeout): a generous 1 s, so that "0 failed

@@ -7,7 +7,7 @@ import { ManualClock } from '../../src/clock';
 import { RateLimitResponse_Code as Code, type RateLimitResponse } from '../../src/gen/envoy/service/ratelimit/v3/rls';
 import { describeSettings, loadSettings, redisStackOptions, upstreamSettingsNotRead } from '../../src/settings';
 import { createPerSecondSplit } from '../../src/store/compose';
-import { type StoreEvents } from '../../src/store/events';
+import type { StoreEvents } from '../../src/store/events';
 import { PER_SECOND_LABEL } from '../../src/store/persecond';
 import { RedisStore } from '../../src/store/redis';
 import type { Store } from '../../src/store/store';

@@ -103,7 +103,7 @@ describe('Redis Cluster: a request spanning slots when giving back fails', () =>
       const pending = s.decide([roomy, tight], { countDeniedHits: false });
       await until('slot A to consume', async () => count(await client.get(a)) === 2);
       assert.equal(await nodeA.cli('CONFIG', 'SET', 'maxmemory', '1'), 'OK');
-      let denied;
+      let denied: Awaited<typeof pending>;
       try {
         denied = await pending;
       } finally {

@@ -285,7 +285,7 @@ function suite(store: Variant): void {
       const [kept] = await e.report('quota', [{ bucket: { doomed: 'x' }, denied: 1 }]);
       assert.ok(summary(kept).tokens !== undefined);
       await e.report('quota', [{ bucket: { tenant: 'stays' }, denied: 1 }]);
-      fs.writeFileSync(path.join(dir, 'quota.yaml'), CONFIG.replace(/  - key: doomed\n.*\n/, ''));
+      fs.writeFileSync(path.join(dir, 'quota.yaml'), CONFIG.replace(/ {2}- key: doomed\n.*\n/, ''));
       assert.equal(s.app.reloadConfig().ok, true);
       const pushed = await e.next();
       assert.deepEqual(

@@ -7,7 +7,7 @@ import { MAX_BATCH } from '../shared';
 import type { DecideOptions, Decision, LimitCheck, Store } from '../store';
 import type { AllowanceOutcome } from '../region/types';
 import { settledWithin } from '../timeout';
-import { type Before, consumed, decideArgs, type DecideRequests, type GroupResult, latest, readDecideReply } from './decide-codec';
+import { type Before, consumed, decideArgs, type GroupResult, latest, readDecideReply } from './decide-codec';
 import type { RedisClient } from './scripts';
 import { type RedisOpsOptions, RedisSharedOps } from './shared-ops';
 

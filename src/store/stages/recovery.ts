@@ -3,7 +3,7 @@ import type { Clock } from '../../clock';
 import type { StoreEvents } from '../events';
 import type { OwnEntry, SharedOps } from '../shared';
 import { answeredWithin } from '../timeout';
-import { DataEpoch } from './epoch';
+import type { DataEpoch } from './epoch';
 import type { Known } from './last-known';
 
 // Calls the fallback answered for (Redis missed the caller's budget) that are still on their way:

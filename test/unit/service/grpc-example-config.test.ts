@@ -21,7 +21,7 @@ describe('gRPC ShouldRateLimit against the example config', () => {
 
   test('free tenant: 10 a minute, then OVER_LIMIT with the rule and a reset', async () => {
     const codes: Code[] = [];
-    let last;
+    let last: Awaited<ReturnType<typeof s.call>> | undefined;
     for (let i = 0; i < 12; i++) {
       last = await s.call({ domain: 'edge', descriptors: [d(['tenant', 'acme'])] });
       codes.push(last.overallCode);
