@@ -16,7 +16,8 @@ const BAD = path.join(REPO, 'test/fixtures/config/bad');
 // Fixtures whose error needs another file loaded first.
 const LOADED_WITH: Record<string, string[]> = { 'duplicate_domain.yaml': ['test/fixtures/config/good/basic.yaml'] };
 
-describe('sluice check', () => {
+// Each case is its own process reading its own file: four at a time.
+describe('sluice check', { concurrency: 4 }, () => {
   for (const fixture of fs.readdirSync(BAD).filter((f) => f.endsWith('.yaml'))) {
     test(`exits non-zero naming the file: ${fixture}`, async () => {
       const rel = path.join('test/fixtures/config/bad', fixture);
