@@ -217,7 +217,10 @@ describe('envoy/envoy-rlqs.yaml: Envoys drawing on one budget through two sluice
       await sleep(SETTLE_MS);
       const settled = await sharedCount(tenant);
       t.diagnostic(`shared counter once the assignments lapsed: ${settled}`);
-      assert.ok(settled <= admitted + uncounted + 1, `counter ${settled} after the assignments lapsed, admitted ${admitted} + ${uncounted} + 1 kept: units stranded`);
+      assert.ok(
+        settled <= admitted + uncounted + 1,
+        `counter ${settled} after the assignments lapsed, admitted ${admitted} + ${uncounted} + 1 kept: units stranded`,
+      );
     } finally {
       await rls.stop();
     }
