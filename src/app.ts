@@ -2,7 +2,7 @@ import type http from 'node:http';
 import type https from 'node:https';
 import type { Clock } from './clock';
 import { ConfigHolder, type ReloadResult } from './config/holder';
-import { createLogger, type Logger } from './logger';
+import { createLogger, type Logger, logEvery } from './logger';
 import { RateLimitService } from './service/ratelimit';
 import { RateLimitQuotaService } from './service/rlqs/quota';
 import { rlqsEvents } from './telemetry/rlqs-events';
@@ -98,24 +98,19 @@ function regionOptions(
 }
 
 function createMemoryStore(settings: Settings, metrics: Metrics, logger: Logger, clock?: Clock): Store {
-  let lastLog = 0;
-  let overflowSinceLog = 0;
+  // At most one line per 10 s however hard the key cap is hit.
+  const overflowLog = logEvery(10_000);
   const store: MemoryStore = new MemoryStore({
     clock,
     maxKeys: settings.memoryMaxKeys,
     onOverflow: () => {
       metrics.memoryOverflow.inc();
-      overflowSinceLog++;
-      const now = Date.now();
-      // At most one line per 10 s however hard the key cap is hit.
-      if (now - lastLog >= 10_000) {
-        logger.warn(
-          { event: 'memory_store_overflow', decisions: overflowSinceLog, maxKeys: settings.memoryMaxKeys, overflowBytes: store.overflowBytes },
-          'memory store at its key cap with every counter live: new keys decided by the approximate tier (it can only over-count)',
-        );
-        lastLog = now;
-        overflowSinceLog = 0;
-      }
+      const unlogged = overflowLog();
+      if (unlogged === undefined) return;
+      logger.warn(
+        { event: 'memory_store_overflow', decisions: unlogged + 1, maxKeys: settings.memoryMaxKeys, overflowBytes: store.overflowBytes },
+        'memory store at its key cap with every counter live: new keys decided by the approximate tier (it can only over-count)',
+      );
     },
   });
   metrics.memoryKeysSource = () => store.size;
