@@ -101,18 +101,38 @@ describe('regional allowance (pool)', () => {
 
   test('reclaim takes back only an allowance about to expire and not spent, with the time of its lease', async () => {
     await credit('r1', 7, { ttlMs: 10_000, takenAtMs: T0 - 5 });
-    assert.deepEqual(await redis.reclaim('r1', 1000), { units: 0, takenAtMs: 0 });
+    assert.deepEqual(await redis.reclaim('r1', 1000, true), { units: 0, takenAtMs: 0 });
     clock.advance(9500);
-    assert.deepEqual(await redis.reclaim('r1', 1000), { units: 7, takenAtMs: T0 - 5 });
+    assert.deepEqual(await redis.reclaim('r1', 1000, true), { units: 7, takenAtMs: T0 - 5 });
     assert.equal(await client.exists('r1'), 0);
     clock.set(T0);
     // A spent allowance has nothing to give back: it stays, still saying so, until it expires.
     await credit('r2', 3, { ttlMs: 10_000 });
     assert.equal((await redis.decide([pool('r2', 3)], { countDeniedHits: false })).admitted, true);
     clock.advance(9500);
-    assert.deepEqual(await redis.reclaim('r2', 1000), { units: 0, takenAtMs: 0 });
+    assert.deepEqual(await redis.reclaim('r2', 1000, true), { units: 0, takenAtMs: 0 });
     assert.equal((await redis.decide([pool('r2')], { countDeniedHits: false })).outcomes[0].held, 0);
     clock.set(T0);
+  });
+
+  test("reclaim keeps a spent window allowance until its window ends once the window's global budget is spent too", async () => {
+    // The last lease took what the global budget had left (0 after it): a request finding the
+    // allowance gone at its lease TTL would wait a round trip for an empty lease.
+    for (const [key, globalRemaining, window, kept] of [
+      ['k1', 0, true, true],
+      ['k2', 5, true, false],
+      ['k3', 0, false, false],
+    ] as const) {
+      await credit(key, 3, { ttlMs: 10_000, globalRemaining, globalResetMs: 30_000, windowMs: 60_000 });
+      assert.equal((await redis.decide([pool(key, 3)], { countDeniedHits: false })).admitted, true);
+      clock.advance(9500);
+      assert.deepEqual(await redis.reclaim(key, 1000, window), { units: 0, takenAtMs: 0 });
+      const ttl = await client.pttl(key);
+      if (kept) assert.ok(ttl > 19_000 && ttl <= 20_500, `${key}: kept ${ttl} ms, until the window's end 20,500 ms away`);
+      // (Redis expires keys on its own clock: the allowance's 10 s from the credit, unchanged.)
+      else assert.ok(ttl > 0 && ttl <= 10_000, `${key}: kept ${ttl} ms, until the allowance's end`);
+      clock.set(T0);
+    }
   });
 
   test('refunds add to an allowance', async () => {
@@ -230,7 +250,7 @@ describe("a fixed window's next window, leased ahead of its start", () => {
     assert.equal(dry.outcomes[0].retryAfterMs, 1000, 'until the next window begins');
     // The current allowance taken back near its expiry: the next window's stays.
     clock.advance(500);
-    assert.deepEqual(await redis.reclaim('n1', 2000), { units: 1, takenAtMs: T0 });
+    assert.deepEqual(await redis.reclaim('n1', 2000, true), { units: 1, takenAtMs: T0 });
     clock.advance(500);
     const next = await redis.decide([pool('n1', 42)], { countDeniedHits: false });
     assert.equal(next.admitted, true);

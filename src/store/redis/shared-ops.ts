@@ -122,9 +122,10 @@ export abstract class RedisSharedOps implements SharedOps {
     return Number(await this.runner.run('credit', 'credit', 2, args));
   }
 
-  // Takes back the units of an allowance expiring within `marginMs` (lua/reclaim.lua).
-  async reclaim(key: string, marginMs: number): Promise<{ units: number; takenAtMs: number }> {
-    const r = (await this.runner.run('reclaim', 'reclaim', 1, [key, this.time(), marginMs])) as unknown[];
+  // Takes back the units of an allowance expiring within `marginMs` (lua/reclaim.lua); a window's
+  // allowance, spent with its window's global budget, is kept until the window ends.
+  async reclaim(key: string, marginMs: number, window: boolean): Promise<{ units: number; takenAtMs: number }> {
+    const r = (await this.runner.run('reclaim', 'reclaim', 1, [key, this.time(), marginMs, window ? '1' : '0'])) as unknown[];
     return { units: Number(r[0]), takenAtMs: Number(r[1]) };
   }
 

@@ -11,7 +11,7 @@ import type { RegionKeys } from './keys';
 export interface RegionalOps {
   claim(key: string, ms: number): Promise<boolean>;
   credit(c: import('./types').AllowanceCredit): Promise<number>;
-  reclaim(key: string, marginMs: number): Promise<{ units: number; takenAtMs: number }>;
+  reclaim(key: string, marginMs: number, window: boolean): Promise<{ units: number; takenAtMs: number }>;
 }
 
 export interface RefillerOptions {
@@ -309,7 +309,7 @@ export class Refiller {
       this.expiring.delete(pool);
       if (!this.link.reachable) continue;
       try {
-        const back = await this.regional.reclaim(pool, RECLAIM_MARGIN_MS);
+        const back = await this.regional.reclaim(pool, RECLAIM_MARGIN_MS, isWindow(e.spec));
         if (back.units <= 0) continue;
         await this.link.giveBack(e.spec, back.units, back.takenAtMs);
         this.o.events.returned(back.units);
