@@ -174,6 +174,7 @@ export function buildRedisStack<B extends StackBase>(
           policy: bottom.leasePolicy({ clock, autoThreshold: o.leases.autoThreshold, autoShare: o.leases.autoShare, ttlMs: o.leases.ttlMs, budgetMs }),
           ttlMs: o.leases.ttlMs,
           lowWater: o.leases.lowWater,
+          budgetMs,
           usable: closed,
           onGrant: (check, grant) => {
             lastKnown.recordOne(check, grant.remaining, grant.takenAtMs);

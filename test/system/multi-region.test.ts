@@ -109,15 +109,16 @@ function callWithDeadline(app: Running, request: Partial<RateLimitRequest>, dead
 
 // One replica of region a on its own regional redis-server, `delayMs` (each way) from a global
 // one, with one limit `tenant` (its rate_limit in YAML flow style): the single-replica tests.
-async function oneRegion(rateLimit: string, delayMs: number, settings: Overrides = {}) {
+async function oneRegion(rateLimit: string, delayMs: number, settings: Overrides = {}, regionalDelayMs = 0) {
   const [regional, global] = [await startRedis(), await startRedis()];
   const link = await startDelayProxy({ targetPort: global.port, delayMs });
+  const local = regionalDelayMs > 0 ? await startDelayProxy({ targetPort: regional.port, delayMs: regionalDelayMs }) : undefined;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-one-'));
   fs.writeFileSync(path.join(dir, 'config.yaml'), `domain: mr\ndescriptors:\n  - key: tenant\n    rate_limit: ${rateLimit}\n`);
   const app = await startApp({
     configPaths: [dir],
     store: 'redis',
-    redisUrl: `127.0.0.1:${regional.port}`,
+    redisUrl: `127.0.0.1:${(local ?? regional).port}`,
     region: 'a',
     globalRedisUrl: `127.0.0.1:${link.port}`,
     ...settings,
@@ -125,7 +126,7 @@ async function oneRegion(rateLimit: string, delayMs: number, settings: Overrides
   return {
     global,
     // '+' admitted, '-' denied.
-    call: async () => ((await callWithDeadline(app, { domain: 'mr', descriptors: [d(['tenant', 't1'])] }, 1000)).overallCode === 1 ? '+' : '-'),
+    call: async (tenant = 't1') => ((await callWithDeadline(app, { domain: 'mr', descriptors: [d(['tenant', tenant])] }, 1000)).overallCode === 1 ? '+' : '-'),
     // sluice_region_request_waits_total: requests that waited for the global Redis.
     waits: async () => {
       const line = (await (await app.http('/metrics')).text()).split('\n').find((l) => l.startsWith('sluice_region_request_waits_total{'));
@@ -136,6 +137,7 @@ async function oneRegion(rateLimit: string, delayMs: number, settings: Overrides
     close: async () => {
       await app.stop();
       await link.close();
+      await local?.close();
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };
@@ -523,6 +525,30 @@ describe('multi-region', () => {
       }
       assert.equal(denied.join(''), '-'.repeat(denied.length));
       assert.equal((await region.waits()) - before, 0, 'requests that waited for the global Redis once the budget was spent');
+    } finally {
+      await region.close();
+    }
+  });
+
+  test("replica leases: a request behind its key's take waits for it, so the limit's last units are never denied while the replica holds them", async () => {
+    // One caller after another, the regional Redis 20 ms away: a request the replica's lease
+    // cannot serve went to the regional Redis behind the take its predecessor started, which could
+    // take the allowance's last unit; denied, while that unit sat unused in the replica's lease.
+    const limit = 10;
+    const region = await oneRegion(`{ unit: minute, requests_per_unit: ${limit} }`, DELAY_MS, {}, 20);
+    try {
+      await region.ready();
+      await awayFromWindowEdge(60_000, 20_000);
+      const answers: string[] = [];
+      for (const tenant of ['t1', 't2', 't3', 't4', 't5', 't6']) {
+        let line = '';
+        for (let i = 0; i < limit + 1; i++) line += await region.call(tenant);
+        answers.push(`${tenant} ${line}`);
+      }
+      assert.deepEqual(
+        answers,
+        ['t1', 't2', 't3', 't4', 't5', 't6'].map((t) => `${t} ${'+'.repeat(limit)}-`),
+      );
     } finally {
       await region.close();
     }

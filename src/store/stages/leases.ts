@@ -15,6 +15,9 @@ export interface LeaseOptions {
   ttlMs: number;
   // Refill in the background when a lease falls below this share of its size.
   lowWater: number;
+  // The caller's budget, ms: how long a request that does not wait for takes (policy.waitMs 0)
+  // still waits for its key's take already under way.
+  budgetMs: (options: DecideOptions) => number;
   // May a call go to Redis now (the breaker is closed)?
   usable: () => boolean;
   // Every take's answer: what Redis said remains, at Redis time.
@@ -120,7 +123,7 @@ export class LeaseStage extends Stage {
 
   private async decideLeased(checks: readonly LimitCheck[], options: DecideOptions, sizes: number[]): Promise<Decision> {
     const waitMs = Math.max(0, this.o.policy.waitMs(options));
-    const reserved = await Promise.all(checks.map((c, i) => this.reserve(c, sizes[i], waitMs)));
+    const reserved = await Promise.all(checks.map((c, i) => this.reserve(c, sizes[i], waitMs, options)));
     const denied = this.exhaustedDenial(checks);
     if (denied !== undefined) {
       for (const r of reserved) if (r !== undefined) this.release(r);
@@ -182,7 +185,7 @@ export class LeaseStage extends Stage {
   }
 
   // `size`: leaseSize(check), worked out by the caller.
-  private async reserve(check: LimitCheck, size: number, waitMs: number): Promise<Reservation | undefined> {
+  private async reserve(check: LimitCheck, size: number, waitMs: number, options: DecideOptions): Promise<Reservation | undefined> {
     if (!this.leasable(check, size, this.o.clock.now())) return undefined;
     // Two takes at most (one may land in a window that is already over), then a last look.
     for (let attempt = 0; attempt <= 2; attempt++) {
@@ -200,9 +203,14 @@ export class LeaseStage extends Stage {
         if (lease.available < size * this.o.lowWater && this.o.usable()) void this.refill(check, size, lease);
         return { lease, hits: check.hits };
       }
-      if (attempt === 2 || !this.o.usable() || waitMs <= 0) return undefined;
+      if (attempt === 2 || !this.o.usable()) return undefined;
+      // A request that does not wait for takes still waits for its key's take under way: going the
+      // ordinary way, it would reach Redis behind that take (one connection) and could find the
+      // counter emptied by it, denied while the units it took sit here unused.
+      const wait = waitMs > 0 ? waitMs : this.taking.has(check.key) ? this.o.budgetMs(options) : 0;
+      if (wait <= 0) return undefined;
       let timer: NodeJS.Timeout | undefined;
-      const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), waitMs)));
+      const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), wait)));
       const result = await Promise.race([this.refill(check, size, lease), late]);
       clearTimeout(timer);
       if (result === 'late') return undefined;
