@@ -13,4 +13,4 @@ export const ALGORITHM_IMPLS: Readonly<Record<Algorithm, AlgorithmImpl>> = {
 };
 
 export { capacity, isWindow, specOf } from './types';
-export type { AlgorithmImpl, LimitSpec, State, Verdict, View } from './types';
+export type { AlgorithmImpl, AlgorithmSpec, LimitSpec, State, Verdict, View } from './types';

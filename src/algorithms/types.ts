@@ -10,14 +10,17 @@ export interface LimitSpec {
   // Token bucket capacity / GCRA burst, in requests.
   burst: number;
   // How a shared store keeps the counter: 'upstream' = envoyproxy/ratelimit's layout (a fixed
-  // window's count alone, as an integer, under a key that names its window; see keys.ts); 'pool'
-  // = a region's allowance leased from the global budget (multi-region; store/region/).
-  layout?: 'upstream' | 'pool';
+  // window's count alone, as an integer, under a key that names its window; see keys.ts). A store
+  // may keep layouts of its own (the Redis store's: store/redis/spec.ts).
+  layout?: 'upstream';
 }
 
+// What the algorithms read of a spec: the layout is the store's business.
+export type AlgorithmSpec = Omit<LimitSpec, 'layout'>;
+
 // The spec part of anything that carries one (a check, a journal entry): what a store needs to
-// find and decide the counter, nothing else.
-export function specOf(s: LimitSpec): LimitSpec {
+// find and decide the counter, nothing else (its layout too, whichever the store's).
+export function specOf<L extends string>(s: AlgorithmSpec & { layout?: L }): AlgorithmSpec & { layout?: L } {
   const { algorithm, limit, periodMs, burst, layout } = s;
   return layout === undefined ? { algorithm, limit, periodMs, burst } : { algorithm, limit, periodMs, burst, layout };
 }
@@ -59,14 +62,14 @@ export interface Verdict {
 }
 
 export interface AlgorithmImpl {
-  view(state: State | undefined, spec: LimitSpec, nowMs: number): View;
-  decide(state: State | undefined, spec: LimitSpec, hits: number, nowMs: number): Verdict;
+  view(state: State | undefined, spec: AlgorithmSpec, nowMs: number): View;
+  decide(state: State | undefined, spec: AlgorithmSpec, hits: number, nowMs: number): Verdict;
   // How long `state` must be kept after `now`; after that it is equivalent to no state at all.
-  ttlMs(state: State, spec: LimitSpec, nowMs: number): number;
+  ttlMs(state: State, spec: AlgorithmSpec, nowMs: number): number;
   // `state` with `hits` a decision at `decidedAtMs` consumed given back (lua/algorithms.lua's
   // refund, for the memory store): a window's hits only while their window is counted. (A region's
   // allowance, read back in store/region/pool.ts, is refunded by Redis only.)
-  refund?(state: State, spec: LimitSpec, hits: number, decidedAtMs: number, nowMs: number): State;
+  refund?(state: State, spec: AlgorithmSpec, hits: number, decidedAtMs: number, nowMs: number): State;
 }
 
 // Float slack for the continuous algorithms: 1/3-request emission intervals and the like must not

@@ -1,12 +1,13 @@
 import type { StoreEvents } from './events';
 import type { RefundEntry } from './shared';
 
-export interface RefundQueueOptions {
+// `E`: an entry as the store takes it (the Redis store's may say more: store/redis/spec.ts).
+export interface RefundQueueOptions<E = RefundEntry> {
   // Splits entries into batches one script call can take (at most MAX_BATCH, one hash slot each).
-  split: (entries: readonly RefundEntry[]) => RefundEntry[][];
+  split: (entries: readonly E[]) => E[][];
   // Gives one batch back (one script call). Must dispatch synchronously, so that a refund added
   // before a decision is sent reaches Redis ahead of it on the same connection.
-  send: (batch: readonly RefundEntry[]) => Promise<void>;
+  send: (batch: readonly E[]) => Promise<void>;
   events: Pick<StoreEvents, 'refund'>;
   // Entries kept at most; beyond that the oldest are dropped (and reported).
   maxEntries?: number;
@@ -15,8 +16,8 @@ export interface RefundQueueOptions {
   maxRetryMs?: number;
 }
 
-interface Batch {
-  entries: RefundEntry[];
+interface Batch<E> {
+  entries: E[];
   failures: number;
   // performance.now() before which the batch is not tried again.
   dueAt: number;
@@ -32,8 +33,8 @@ interface Batch {
 // command timeout), so a refund cannot run twice because of a retry; the exception is a
 // connection lost after Redis ran the script but before its reply arrived, which gives those
 // hits back twice (bounded by the hits of that one batch).
-export class RefundQueue {
-  private readonly batches: Batch[] = [];
+export class RefundQueue<E = RefundEntry> {
+  private readonly batches: Batch<E>[] = [];
   private entries = 0;
   private timer: NodeJS.Timeout | undefined;
   private timerAt = Infinity;
@@ -42,7 +43,7 @@ export class RefundQueue {
   private readonly firstRetryMs: number;
   private readonly maxRetryMs: number;
 
-  constructor(private readonly o: RefundQueueOptions) {
+  constructor(private readonly o: RefundQueueOptions<E>) {
     this.maxEntries = o.maxEntries ?? 100_000;
     this.firstRetryMs = o.firstRetryMs ?? 100;
     this.maxRetryMs = o.maxRetryMs ?? 2_000;
@@ -53,7 +54,7 @@ export class RefundQueue {
     return this.entries;
   }
 
-  add(entries: readonly RefundEntry[]): void {
+  add(entries: readonly E[]): void {
     if (entries.length === 0) return;
     if (this.closed) {
       this.o.events.refund(entries.length, 'dropped: store closed');
@@ -93,7 +94,7 @@ export class RefundQueue {
     this.schedule();
   }
 
-  private attempt(b: Batch): Promise<boolean> {
+  private attempt(b: Batch<E>): Promise<boolean> {
     let sent: Promise<void>;
     try {
       sent = this.o.send(b.entries);
@@ -121,7 +122,7 @@ export class RefundQueue {
     return b.sending;
   }
 
-  private remove(b: Batch): void {
+  private remove(b: Batch<E>): void {
     const i = this.batches.indexOf(b);
     if (i < 0) return;
     this.batches.splice(i, 1);

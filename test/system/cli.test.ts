@@ -218,12 +218,3 @@ test('sluice help settings puts each endpoint on the listener that serves it', (
   assert.match(line('http-port'), /\/json, \/healthcheck, \/readyz, \/livez, \/metrics; \/rlconfig is on the admin port/);
   assert.match(line('admin-host'), /\/rlconfig, \/explain, \/settings/);
 });
-
-test('docs/configuration.md lists every setting', () => {
-  const readme = fs.readFileSync(path.join(REPO, 'docs/configuration.md'), 'utf8');
-  const { SETTINGS } = require('../../src/settings') as typeof import('../../src/settings');
-  for (const s of SETTINGS) {
-    assert.ok(readme.includes(`\`--${s.flag}\``), `docs/configuration.md lacks --${s.flag}`);
-    for (const env of s.env) assert.ok(readme.includes(`\`${env}\``), `docs/configuration.md lacks ${env}`);
-  }
-});

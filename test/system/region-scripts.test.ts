@@ -4,7 +4,7 @@ import { Redis } from 'ioredis';
 import { ManualClock } from '../../src/clock';
 import { loadSettings, partitionPolicy, SettingsError } from '../../src/settings';
 import { silentEvents } from '../../src/store/events';
-import { RedisStore } from '../../src/store/redis';
+import { RedisStore, type StoredCheck } from '../../src/store/redis';
 import type { LimitCheck } from '../../src/store/store';
 import { type RedisNode, startRedis, stopAll } from '../support/redis';
 
@@ -29,7 +29,7 @@ after(async () => {
   await stopAll();
 });
 
-const pool = (key: string, hits = 1, over: Partial<LimitCheck> = {}): LimitCheck => ({
+const pool = (key: string, hits = 1, over: Partial<StoredCheck> = {}): StoredCheck => ({
   key,
   algorithm: 'fixed_window',
   limit: 100,

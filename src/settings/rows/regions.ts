@@ -25,7 +25,7 @@ export const REGION_ROWS = [
     kind: 'enum',
     def: 'single',
     choices: ['single', 'sentinel', 'cluster'],
-    help: 'deployment of GLOBAL_REDIS_URL',
+    help: 'deployment of GLOBAL_REDIS_URL (a Cluster needs KEY_HASH_TAG descriptor or domain)',
   },
   {
     key: 'globalRedisAuth',

@@ -105,7 +105,7 @@ export const SERVER_ROWS = [
     env: ['TLS_RELOAD_INTERVAL'],
     kind: 'duration',
     def: 5000,
-    help: 'how often certificate files are checked for changes',
+    help: 'how often certificate files are checked for changes; new connections use the new certificates',
   },
   {
     key: 'httpPlaintext',
@@ -154,7 +154,7 @@ export const SERVER_ROWS = [
     env: ['CONFIG_POLL_INTERVAL'],
     kind: 'duration',
     def: 5000,
-    help: 'also compare the config files with what was loaded this often, in case a file watch event was lost (0 = off)',
+    help: 'also compare the config files with what was loaded this often, in case a file watch event was lost (0 = off; only with CONFIG_WATCH=true)',
   },
   {
     key: 'configMaxFileBytes',

@@ -9,7 +9,7 @@ export const STORE_ROWS = [
     kind: 'enum',
     def: 'memory',
     choices: ['memory', 'redis'],
-    help: 'counter store: memory (one process) or redis (shared by replicas; ready once Redis was reached and one real decision round-tripped)',
+    help: 'counter store: memory (one process) or redis (shared by replicas; ready once Redis was reached and one real decision round-tripped); as upstream, a Redis setting (REDIS_URL, …) alone selects redis, said in the start-up log (store_implied)',
   },
   {
     key: 'memoryMaxKeys',
@@ -17,7 +17,7 @@ export const STORE_ROWS = [
     env: ['MEMORY_MAX_KEYS'],
     kind: 'int',
     def: 1_000_000,
-    help: 'most counters kept exactly in memory; expired ones make room first; when all are live, new keys are decided by a bounded approximate tier that can only over-count',
+    help: 'most counters kept exactly in memory; expired ones make room first; when all are live, new keys are decided by a bounded approximate tier that can only over-count (counted in sluice_memory_store_overflow_decisions_total)',
   },
   {
     key: 'redisUrl',

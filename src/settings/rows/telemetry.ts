@@ -76,7 +76,7 @@ export const TELEMETRY_ROWS = [
     env: ['TRACING_ENABLED'],
     kind: 'bool',
     def: false,
-    help: "OpenTelemetry tracing: a span per ShouldRateLimit (gRPC and POST /json) continuing the caller's traceparent, a child span per store call, exported over OTLP",
+    help: "OpenTelemetry tracing: a span per ShouldRateLimit (gRPC and POST /json) continuing the caller's traceparent, a child span per store call, exported over OTLP; off, no OpenTelemetry code is loaded",
   },
   {
     key: 'tracingServiceName',

@@ -1,10 +1,9 @@
 import { ALGORITHM_IMPLS, type AlgorithmImpl, type LimitSpec, specOf, type State } from '../../algorithms';
 import { windowStart } from '../../algorithms/types';
 import { poolAmple, poolImpl, poolPendingMs, poolUnits } from '../region/pool';
-import type { RefundEntry } from '../shared';
-import type { LimitCheck } from '../store';
 import type { AllowanceOutcome } from '../region/types';
 import type { Arg } from './scripts';
+import type { Stored, StoredCheck, StoredRefund } from './spec';
 
 // The decide script's language (lua/decide.lua): the keys and arguments a batch of requests is
 // written as, and its reply read back into outcomes with the same algorithm code the memory store
@@ -25,7 +24,7 @@ export interface Before {
   resetMs: number;
 }
 
-export type DecideRequests = readonly { all: readonly LimitCheck[]; idx: number[] }[];
+export type DecideRequests = readonly { all: readonly StoredCheck[]; idx: number[] }[];
 
 // The decide script's keys and arguments for `requests` (see lua/decide.lua): the batch's counter
 // keys, each once; then whether denied hits count, the time, the scope, the number of requests,
@@ -114,13 +113,13 @@ export function windowBase(prefix: string): WindowBase {
 }
 
 // Whether `spec`'s counter is a field of its window's hash: fixed windows in sluice's layout.
-function inWindowHash(spec: LimitSpec, windows: WindowBase | undefined): windows is WindowBase {
+function inWindowHash(spec: Stored<LimitSpec>, windows: WindowBase | undefined): windows is WindowBase {
   return windows !== undefined && spec.algorithm === 'fixed_window' && spec.layout === undefined;
 }
 
 // A limit's spec as decide.lua takes it: one text, which the script parses once per library load;
 // a window-hash spec ends with its hashes' base.
-export function decideSpec(c: Pick<LimitCheck, 'algorithm' | 'limit' | 'periodMs' | 'burst' | 'mode' | 'layout'>, windows?: WindowBase): string {
+export function decideSpec(c: Pick<StoredCheck, 'algorithm' | 'limit' | 'periodMs' | 'burst' | 'mode' | 'layout'>, windows?: WindowBase): string {
   if (inWindowHash(c, windows)) return `fixed_window_hash:${c.limit}:${c.periodMs}:${c.burst}:${c.mode}:${windows(c.periodMs)}`;
   return `${luaAlgorithm(c)}:${c.limit}:${c.periodMs}:${c.burst}:${c.mode}`;
 }
@@ -128,21 +127,21 @@ export function decideSpec(c: Pick<LimitCheck, 'algorithm' | 'limit' | 'periodMs
 // The scripts' name of a spec's algorithm: the fixed window in upstream's layout has its own
 // (its state is stored as the count alone; see fixed_window_upstream in lua/algorithms.lua), and
 // so has one in a window hash, followed by its hashes' base (spec_from in lua/algorithms.lua).
-export function luaAlgorithm(spec: LimitSpec, windows?: WindowBase): string {
+export function luaAlgorithm(spec: Stored<LimitSpec>, windows?: WindowBase): string {
   if (spec.layout === 'pool') return 'pool';
   if (spec.layout === 'upstream') return 'fixed_window_upstream';
   if (inWindowHash(spec, windows)) return `fixed_window_hash|${windows(spec.periodMs)}`;
   return spec.algorithm;
 }
 
-function implFor(spec: LimitSpec): AlgorithmImpl {
+function implFor(spec: Stored<LimitSpec>): AlgorithmImpl {
   return spec.layout === 'pool' ? poolImpl : ALGORITHM_IMPLS[spec.algorithm];
 }
 
 // A counter's state as the scripts store it ("a:b[:c]", numbers exact: see lua/algorithms.lua);
 // a fixed window's count alone (upstream's layout, where the key names its window, or a window
 // hash's field), whose window is the current one.
-function decodeState(raw: unknown, spec?: LimitSpec, nowMs = 0): State | undefined {
+function decodeState(raw: unknown, spec?: Stored<LimitSpec>, nowMs = 0): State | undefined {
   if (raw === null || raw === undefined) return undefined;
   const text = typeof raw === 'string' ? raw : String(raw);
   const colon = text.indexOf(':');
@@ -156,7 +155,7 @@ function decodeState(raw: unknown, spec?: LimitSpec, nowMs = 0): State | undefin
 // the counter's state before and the script's time: the same view and decide functions as the
 // memory store's, so both stores answer alike. With `before`, the counter before the request is
 // added to it.
-function outcomeFrom(c: LimitCheck, flags: number, raw: unknown, now: number, before?: Before[]): AllowanceOutcome {
+function outcomeFrom(c: StoredCheck, flags: number, raw: unknown, now: number, before?: Before[]): AllowanceOutcome {
   const impl = implFor(c);
   const state = decodeState(raw, c, now);
   const allowed = (flags & 1) === 1;
@@ -183,8 +182,8 @@ function outcomeFrom(c: LimitCheck, flags: number, raw: unknown, now: number, be
 }
 
 // What the groups consumed, as refunds (each at its own group's Redis time).
-export function consumed(all: readonly LimitCheck[], groups: GroupResult[]): RefundEntry[] {
-  const out: RefundEntry[] = [];
+export function consumed(all: readonly StoredCheck[], groups: GroupResult[]): StoredRefund[] {
+  const out: StoredRefund[] = [];
   for (const g of groups) {
     g.checks.forEach((i, j) => {
       if (!g.outcomes[j].consumed) return;

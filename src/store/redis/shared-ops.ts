@@ -2,10 +2,11 @@ import calculateSlot from 'cluster-key-slot';
 import type { Clock } from '../../clock';
 import type { LimitSpec } from '../../algorithms';
 import type { StoreEvents } from '../events';
-import { PartialWrite, MAX_BATCH, type RefundEntry, type OwnEntry, type RestoreEntry, type SharedOps } from '../shared';
+import { PartialWrite, MAX_BATCH, type OwnEntry, type RestoreEntry, type SharedOps } from '../shared';
 import type { AllowanceCredit, AllowanceGrant, DebtEntry, RegionDemand } from '../region/types';
 import { luaAlgorithm, type WindowBase, windowBase } from './decide-codec';
 import { type Arg, type RedisClient, ScriptRunner } from './scripts';
+import type { Stored, StoredRefund } from './spec';
 
 // Batches of one absorb/refund in flight at once: a big write-back neither floods Redis nor
 // waits on one round trip per batch.
@@ -69,14 +70,14 @@ export abstract class RedisSharedOps implements SharedOps {
   }
 
   // Gives back consumed hits (lua/refund.lua), MAX_BATCH entries per call.
-  async refund(entries: readonly RefundEntry[]): Promise<void> {
+  async refund(entries: readonly StoredRefund[]): Promise<void> {
     await this.inBatches(entries, (batch) => this.refundBatch(batch));
   }
 
   // Takes up to `units` of a limit's budget (lua/lease.lua). `demand`: a region leasing from the
   // global budget, at most its share of what remains; `maxShare`: at most this share of what
   // remains (a replica leasing from its region's allowance), and at least `atLeast` or nothing.
-  async lease(spec: LimitSpec & { key: string }, units: number, demand?: RegionDemand, maxShare?: number, atLeast = 1): Promise<AllowanceGrant> {
+  async lease(spec: Stored<LimitSpec> & { key: string }, units: number, demand?: RegionDemand, maxShare?: number, atLeast = 1): Promise<AllowanceGrant> {
     const args: Arg[] = [spec.key, this.time(), luaAlgorithm(spec, this.windows), spec.limit, spec.periodMs, spec.burst, units];
     if (demand !== undefined) args.splice(1, 0, demand.key);
     if (demand !== undefined) args.push(demand.region, demand.rate, demand.staleMs, demand.windowStartMs ?? '');
@@ -89,7 +90,7 @@ export abstract class RedisSharedOps implements SharedOps {
   }
 
   // Gives back `units` taken by a lease at `takenAtMs` (Redis time) that were not used.
-  async giveBack(spec: LimitSpec & { key: string }, units: number, takenAtMs: number): Promise<void> {
+  async giveBack(spec: Stored<LimitSpec> & { key: string }, units: number, takenAtMs: number): Promise<void> {
     await this.runner.run('give_back', 'refund', 1, [
       spec.key,
       this.time(),
@@ -172,7 +173,7 @@ export abstract class RedisSharedOps implements SharedOps {
     await this.runner.timed('leave', () => this.runner.client().zrem(this.registryKey, replicaId));
   }
   // Dispatches synchronously (the refund queue relies on it: see refund-queue.ts).
-  protected refundBatch(batch: readonly RefundEntry[]): Promise<void> {
+  protected refundBatch(batch: readonly StoredRefund[]): Promise<void> {
     const args: Arg[] = batch.map((e) => e.key);
     args.push(this.time());
     for (const e of batch) args.push(luaAlgorithm(e, this.windows), e.limit, e.periodMs, e.burst, e.hits, e.decidedAtMs);

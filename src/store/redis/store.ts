@@ -10,15 +10,16 @@ import { settledWithin } from '../timeout';
 import { type Before, consumed, decideArgs, type GroupResult, latest, readDecideReply } from './decide-codec';
 import type { RedisClient } from './scripts';
 import { type RedisOpsOptions, RedisSharedOps } from './shared-ops';
+import type { StoredCheck, StoredRefund } from './spec';
 
-// What the scripts say of each limit: a region's allowance (`layout: 'pool'`) says what it holds.
+// What the scripts say of each limit: a region's allowance (`layout: 'pool'`, spec.ts) says what it holds.
 type RedisDecision = Decision<AllowanceOutcome>;
 
 // Requests per batched decide call at most (and MAX_BATCH keys): one script call stays short.
 const BATCH_REQUESTS = 64;
 
 interface Pending {
-  all: readonly LimitCheck[];
+  all: readonly StoredCheck[];
   idx: number[];
   caller: { readonly cancelled: boolean } | undefined;
   resolve(d: RedisDecision): void;
@@ -43,7 +44,7 @@ export interface RedisStoreOptions extends RedisOpsOptions {
 export class RedisStore extends RedisSharedOps implements Store {
   readonly kind: string;
   // Hits to give back for multi-slot requests denied (or failed) after some slots consumed.
-  readonly refunds: RefundQueue;
+  readonly refunds: RefundQueue<StoredRefund>;
   // Requests waiting for the end of this event-loop turn to go to Redis together (see batched()).
   private batch: { requests: Pending[]; keys: number; countDenied: boolean } = { requests: [], keys: 0, countDenied: false };
   private flushQueued = false;
@@ -102,7 +103,7 @@ export class RedisStore extends RedisSharedOps implements Store {
     );
   }
 
-  decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<RedisDecision> {
+  decide(checks: readonly StoredCheck[], options: DecideOptions): Promise<RedisDecision> {
     if (!this.options.cluster) return this.batched(checks, options);
     if (options.caller === undefined) return this.decideSlots(checks, options);
     // A cluster's calls are not batched, but they too leave at the end of the turn, once a reset
@@ -122,7 +123,7 @@ export class RedisStore extends RedisSharedOps implements Store {
   }
 
   // On a cluster: one call per hash slot group of the request.
-  private async decideSlots(checks: readonly LimitCheck[], options: DecideOptions): Promise<RedisDecision> {
+  private async decideSlots(checks: readonly StoredCheck[], options: DecideOptions): Promise<RedisDecision> {
     const groups = this.groups(checks);
     if (groups.length === 1) {
       const g = await this.decideGroup(checks, groups[0], options.countDeniedHits, 'request', 'decide');
@@ -140,7 +141,7 @@ export class RedisStore extends RedisSharedOps implements Store {
     return this.combine(checks, done, options);
   }
 
-  async peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<RedisDecision> {
+  async peek(checks: readonly StoredCheck[], options: DecideOptions): Promise<RedisDecision> {
     const groups = await Promise.all(this.groups(checks).map((idx) => this.decideGroup(checks, idx, options.countDeniedHits, 'peek', 'peek')));
     const outcomes: AllowanceOutcome[] = [];
     for (const g of groups) g.checks.forEach((i, j) => (outcomes[i] = g.outcomes[j]));
@@ -160,7 +161,7 @@ export class RedisStore extends RedisSharedOps implements Store {
   // per batch, not once per request. Nothing waits for a batch to fill: it leaves at the end of
   // the turn's I/O callbacks (setImmediate). (process.nextTick would not batch: Node drains the
   // tick and microtask queues after each stream's callback.)
-  private batched(all: readonly LimitCheck[], options: DecideOptions): Promise<RedisDecision> {
+  private batched(all: readonly StoredCheck[], options: DecideOptions): Promise<RedisDecision> {
     const countDenied = options.countDeniedHits;
     const idx = this.groups(all)[0];
     return new Promise((resolve, reject) => {
@@ -206,7 +207,7 @@ export class RedisStore extends RedisSharedOps implements Store {
 
   // One decide script call for one request (one slot group of it on a cluster).
   private async decideGroup(
-    all: readonly LimitCheck[],
+    all: readonly StoredCheck[],
     idx: number[],
     countDenied: boolean,
     scope: 'request' | 'group' | 'peek',
@@ -222,7 +223,7 @@ export class RedisStore extends RedisSharedOps implements Store {
   // on a cluster), in order. A request the script could not decide (it wrote nothing) comes back
   // as its Error, the others as their results.
   private async decideMany(
-    requests: readonly { all: readonly LimitCheck[]; idx: number[] }[],
+    requests: readonly { all: readonly StoredCheck[]; idx: number[] }[],
     countDenied: boolean,
     scope: 'request' | 'group' | 'peek',
     operation: string,
@@ -317,7 +318,7 @@ export class RedisStore extends RedisSharedOps implements Store {
   // The request rule across slot groups. A denial never waits for (or fails because of) giving
   // back what other groups consumed: that goes to the refund queue, and the answer reports the
   // counters as they were before this request.
-  private combine(all: readonly LimitCheck[], groups: GroupResult[], options: DecideOptions): RedisDecision {
+  private combine(all: readonly StoredCheck[], groups: GroupResult[], options: DecideOptions): RedisDecision {
     const outcomes: AllowanceOutcome[] = [];
     const before: Before[] = [];
     for (const g of groups) {

@@ -2,7 +2,7 @@ import type { Clock } from '../../clock';
 import { isWindow, type LimitSpec, specOf } from '../../algorithms';
 import { admits } from '../../algorithms/policy';
 import type { PartitionPolicy } from './partition';
-import type { RedisStore } from '../redis';
+import type { RedisStore, Stored, StoredCheck } from '../redis';
 import { type AbsorbEntry, type LeaseGrant, PartialWrite, type RefundEntry, type OwnEntry, type RestoreEntry, type SharedOps } from '../shared';
 import type { DecideOptions, Decision, LimitCheck, Store } from '../store';
 import { settledWithin } from '../timeout';
@@ -263,7 +263,7 @@ export class RegionalStore implements Store, SharedOps {
     return this.regional.probe();
   }
 
-  private poolSpec<T extends { key: string }>(e: T): T & { layout: 'pool' } {
+  private poolSpec<T extends LimitSpec & { key: string }>(e: T): Stored<T> {
     return { ...e, key: this.keys.pool(e.key), layout: 'pool' };
   }
 
@@ -283,7 +283,7 @@ export class RegionalStore implements Store, SharedOps {
     options: DecideOptions,
     peek = false,
   ): Promise<Decision<AllowanceOutcome>> {
-    const inner: LimitCheck[] = [];
+    const inner: StoredCheck[] = [];
     const at: number[] = [];
     routes.forEach((r, i) => {
       if (r === 'allow') return;

@@ -4,8 +4,8 @@ import type { LimitOutcome } from '../store';
 // What the Redis store says and takes only for multi-region: its scripts keep a region's
 // allowances (the `pool` layout, lua/algorithms.lua), lease from the global budget against the
 // regions' demand (lua/lease.lua) and credit allowances (lua/credit.lua). The core types
-// (store.ts, shared.ts) do not carry these; the Redis store returns and accepts them, and region/
-// reads and writes them.
+// (store.ts, shared.ts, algorithms/) do not carry these, nor the `pool` layout (redis/spec.ts);
+// the Redis store returns and accepts them, and region/ reads and writes them.
 
 // A limit decided against a region's allowance (`layout: 'pool'`).
 export interface AllowanceOutcome extends LimitOutcome {

@@ -15,7 +15,7 @@ export const protobufFileName = "envoy/type/v3/ratelimit_strategy.proto";
 
 /**
  * sluice's own definition of Envoy's RateLimitStrategy (RLQS quota assignments); field numbers
- * equal Envoy's (test/proto-contract.test.ts).
+ * equal Envoy's (test/unit/project/proto-contract.test.ts).
  */
 
 export interface RateLimitStrategy {

@@ -15,7 +15,7 @@ export const protobufFileName = "envoy/type/v3/token_bucket.proto";
 
 /**
  * sluice's own definition of Envoy's TokenBucket; field numbers equal Envoy's
- * (test/proto-contract.test.ts).
+ * (test/unit/project/proto-contract.test.ts).
  */
 
 export interface TokenBucket {

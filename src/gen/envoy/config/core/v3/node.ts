@@ -14,7 +14,8 @@ export const protobufFileName = "envoy/config/core/v3/node.proto";
 
 /**
  * The part of Envoy's envoy.config.core.v3.Node (base.proto upstream) that an xDS client sends to
- * identify itself. Same package, names and numbers as Envoy's; checked by test/xds-proto.test.ts.
+ * identify itself. Same package, names and numbers as Envoy's; checked by
+ * test/unit/config/xds-proto.test.ts.
  */
 
 export interface Node {

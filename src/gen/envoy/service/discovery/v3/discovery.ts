@@ -28,7 +28,8 @@ export const protobufFileName = "envoy/service/discovery/v3/discovery.proto";
 /**
  * sluice's own definition of the state-of-the-world xDS messages (Envoy's discovery.proto and
  * ads.proto), only what an ADS client of RateLimitConfig resources uses. Same package, names and
- * field numbers as Envoy's; test/xds-proto.test.ts compares them with Envoy's published protos.
+ * field numbers as Envoy's; test/unit/config/xds-proto.test.ts compares them with Envoy's
+ * published protos.
  */
 
 export interface DiscoveryRequest {

@@ -27,7 +27,7 @@ export const protobufFileName = "envoy/service/rate_limit_quota/v3/rlqs.proto";
 /**
  * sluice's own definition of Envoy's rate limit quota service (RLQS) wire contract.
  * Package, message names and field numbers equal Envoy's so the bytes are identical;
- * test/proto-contract.test.ts checks every field against Envoy's published protos.
+ * test/unit/project/proto-contract.test.ts checks every field against Envoy's published protos.
  */
 
 export interface RateLimitQuotaUsageReports {

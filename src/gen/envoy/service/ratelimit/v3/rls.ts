@@ -31,7 +31,7 @@ export const protobufFileName = "envoy/service/ratelimit/v3/rls.proto";
 /**
  * sluice's own definition of Envoy's rate limit service (RLS) wire contract.
  * Package, message names and field numbers equal Envoy's so the bytes are identical;
- * test/proto-contract.test.ts checks every field against Envoy's published protos.
+ * test/unit/project/proto-contract.test.ts checks every field against Envoy's published protos.
  * Only what sluice reads or writes is declared: unknown fields sent by newer Envoys are
  * skipped by the decoder, as protobuf requires.
  */

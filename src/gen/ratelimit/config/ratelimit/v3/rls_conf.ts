@@ -16,7 +16,7 @@ export const protobufFileName = "ratelimit/config/ratelimit/v3/rls_conf.proto";
  * sluice's own definition of envoyproxy/ratelimit's RateLimitConfig, the resource a control plane
  * (e.g. Envoy Gateway) pushes over xDS. Package, names and field numbers equal the original's
  * (api/ratelimit/config/ratelimit/v3/rls_conf.proto) so the Any-wrapped bytes decode the same;
- * test/xds-proto.test.ts pins every field number.
+ * test/unit/config/xds-proto.test.ts pins every field number.
  */
 
 /** Numbered as the original: WEEK came last, after YEAR. */
