@@ -261,7 +261,7 @@ export const STORE_ROWS = [
     env: ['LOCAL_CACHE_SIZE_IN_BYTES'],
     kind: 'count',
     def: 0,
-    help: "upstream's local cache size: the over-limit cache sized in bytes, one entry counted as 174 bytes (at least 512 KiB, as upstream's cache library); cannot be combined with OVER_LIMIT_CACHE_SIZE (0 = not given)",
+    help: "upstream's local cache size: the over-limit cache sized in bytes, one entry counted as 174 bytes (at least 512 KiB, as upstream's cache library); cannot be combined with OVER_LIMIT_CACHE_SIZE (given as 0: no over-limit cache, as upstream's)",
   },
   {
     key: 'stopCacheKeyIncrementWhenOverlimit',

@@ -60,7 +60,7 @@ export const TELEMETRY_ROWS = [
     env: ['PROMETHEUS_MAPPER_YAML'],
     kind: 'string',
     def: '',
-    help: "statsd_exporter mapping file replacing the default mapping (upstream's default_mapper.yaml equivalent); what sluice cannot apply refuses the start, naming the mapping (README: Prometheus listener)",
+    help: "statsd_exporter mapping file replacing the default mapping (upstream's default_mapper.yaml equivalent); what sluice cannot apply refuses the start, naming the mapping (docs/observability.md, Prometheus listener)",
   },
   {
     key: 'prometheusResponseTimeAsMs',
