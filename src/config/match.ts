@@ -31,6 +31,18 @@ function entryKey(key: string, value: string): string {
   return value === '' ? key : `${key}_${value}`;
 }
 
+// match()'s per-entry shown values, reused from call to call (a match runs to completion, never
+// interleaved with another) so that a match allocates no array of its own. It holds the longest
+// descriptor's count of strings from earlier requests until they are overwritten.
+const shownScratch: string[] = [];
+
+// The value_to_metric stats key's parts: the domain, then "<key>_<shown value>" per entry.
+function metricParts(domain: string, entries: readonly Entry[], shown: readonly string[]): string[] {
+  const parts = [domain];
+  for (let i = 0; i < entries.length; i++) parts.push(entryKey(entries[i].key, shown[i]));
+  return parts;
+}
+
 // A request-side override replaces the configured limit entirely (upstream: no shadow mode, no
 // name, stats under the full request key).
 function overrideLimit(domain: string, d: Descriptor): MatchedLimit {
@@ -83,9 +95,10 @@ export function match(config: CompiledConfig, domain: string, descriptor: Descri
   if (entries.length === 0) return undefined;
 
   let node: DescriptorNode = root;
-  // The value_to_metric stats key's parts, collected as we go (their key equals rule.fullKey when
-  // no flag is set).
-  const metricParts = [domain];
+  // What each entry shows in the value_to_metric stats key (their key equals rule.fullKey when no
+  // flag is set). The key is built only for a flagged match: this runs for every descriptor of
+  // every request, and most rules have no flag.
+  const shownValues = shownScratch;
   let flagged = false;
   let patterns: (string | undefined)[] | undefined;
   for (let i = 0; i < entries.length; i++) {
@@ -107,13 +120,13 @@ export function match(config: CompiledConfig, domain: string, descriptor: Descri
       }
     }
     flagged ||= next.valueToMetric || next.shareThreshold;
-    metricParts.push(entryKey(key, shown));
+    shownValues[i] = shown;
     node = next;
   }
 
   const rule = node.rule;
   if (rule === undefined) return undefined;
-  const statParts = rule.detailedMetric ? detailedParts(domain, entries, patterns) : flagged ? metricParts : undefined;
+  const statParts = rule.detailedMetric ? detailedParts(domain, entries, patterns) : flagged ? metricParts(domain, entries, shownValues) : undefined;
   const matched: MatchedLimit = {
     rule,
     statKey: statParts === undefined ? rule.fullKey : statParts.join('.'),

@@ -32,8 +32,15 @@ export interface StatKey {
   parts: readonly string[];
 }
 
+// A rule's own key, made once per compiled rule: statKeyOf runs for every limited descriptor of
+// every request.
+const ownKeys = new WeakMap<MatchedLimit['rule'], StatKey>();
+
 export function statKeyOf(m: MatchedLimit): StatKey {
-  return m.statParts === undefined ? { own: true, parts: [m.rule.fullKey] } : { own: false, parts: m.statParts };
+  if (m.statParts !== undefined) return { own: false, parts: m.statParts };
+  let key = ownKeys.get(m.rule);
+  if (key === undefined) ownKeys.set(m.rule, (key = { own: true, parts: [m.rule.fullKey] }));
+  return key;
 }
 
 // The name statsd writes for a stats key (upstream's: the key's parts joined with '.', sanitized).

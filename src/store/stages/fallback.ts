@@ -109,9 +109,9 @@ export class FallbackStage extends Stage {
   private recordOwn(checks: readonly LimitCheck[], decision: Decision): void {
     const at = decision.storeTimeMs;
     if (at === undefined || decision.degraded !== undefined) return;
-    decision.outcomes.forEach((o, i) => {
-      if (o.consumed) this.o.own.add(checks[i], checks[i].hits, at);
-    });
+    // A loop, not forEach: no closure per decision.
+    const outcomes = decision.outcomes;
+    for (let i = 0; i < outcomes.length; i++) if (outcomes[i].consumed) this.o.own.add(checks[i], checks[i].hits, at);
   }
 
   private noteReady(): boolean {

@@ -300,6 +300,35 @@ test('value_to_metric puts request values of flagged levels in the stats key', (
   assert.equal(configured.statKey, 'metrics-domain.configured_api.http_method_GET');
 });
 
+test('a value_to_metric stats key holds its own request values only, whatever was matched before', () => {
+  // match() keeps the shown values in one array reused across calls: a longer descriptor, and one
+  // that stopped matching half way, leave values that a later, shorter key must not pick up.
+  must(metrics, M, [
+    ['route', 'draw'],
+    ['http_method', 'GET'],
+    ['subject_id', '123'],
+  ]);
+  assert.equal(
+    find(metrics, M, [
+      ['user', 'bob'],
+      ['nothing', 'here'],
+    ]),
+    undefined,
+  );
+  const shorter = must(metrics, M, [
+    ['configured', 'api'],
+    ['http_method', 'GET'],
+  ]);
+  assert.equal(shorter.statKey, 'metrics-domain.configured_api.http_method_GET');
+  assert.deepEqual(shorter.statParts, ['metrics-domain', 'configured_api', 'http_method_GET']);
+  const unflagged = must(metrics, M, [
+    ['plain', 'X'],
+    ['leaf', 'Y'],
+  ]);
+  assert.equal(unflagged.statKey, 'metrics-domain.plain.leaf');
+  assert.equal(unflagged.statParts, undefined);
+});
+
 test('detailed_metric overrides value_to_metric and works on a node with children', () => {
   const d = must(metrics, M, [
     ['detailed_route', 'draw'],
