@@ -150,17 +150,21 @@ describe('statsd output with upstream names', () => {
     const tags = '.__app=edge.__env=prod_eu';
     const hits = () => statsd.lines().filter((l) => l.startsWith(`${R}.edge.tenant.total_hits`));
     try {
+      // Each flush sends the hits since the one before: a flush may fall between these two calls.
+      const sent = () => hits().map((l) => Number(/:(\d+)\|c$/.exec(l)?.[1]));
       await running.call({ domain: 'edge', descriptors: [d(['tenant', 'beta'])] });
       await running.call({ domain: 'edge', descriptors: [d(['tenant', 'beta'])] });
-      await statsd.waitFor(() => hits().length === 1, 'the first flush');
-      assert.deepEqual(hits(), [`${R}.edge.tenant.total_hits${tags}:2|c`]);
+      await statsd.waitFor(() => sent().reduce((a, b) => a + b, 0) >= 2, 'the flushes of the first two hits');
+      assert.ok(hits().every((l) => l.startsWith(`${R}.edge.tenant.total_hits${tags}:`)), hits().join('\n'));
+      assert.ok(sent().join() === '2' || sent().join() === '1,1', `sent ${sent().join()}`);
       assert.ok(statsd.lines().includes(`ratelimit.service.config_load_success${tags}:1|c`));
       // Nothing moved: nothing sent for it over several intervals.
+      const before = hits().length;
       await new Promise((r) => setTimeout(r, 250));
-      assert.equal(hits().length, 1);
+      assert.equal(hits().length, before);
       await running.call({ domain: 'edge', descriptors: [d(['tenant', 'beta'])] });
-      await statsd.waitFor(() => hits().length === 2, 'the next flush');
-      assert.deepEqual(hits(), [`${R}.edge.tenant.total_hits${tags}:2|c`, `${R}.edge.tenant.total_hits${tags}:1|c`]);
+      await statsd.waitFor(() => hits().length === before + 1, 'the next flush');
+      assert.equal(hits()[before], `${R}.edge.tenant.total_hits${tags}:1|c`);
       assert.equal(statsd.lines().filter((l) => l.startsWith('ratelimit.service.config_load_success')).length, 1);
     } finally {
       await running.stop();
