@@ -67,9 +67,13 @@ async function servers(redisArgs: string[], count: number): Promise<ServerProces
   return procs;
 }
 
+// Connection: close: no idle keep-alive connection for a server's graceful stop to wait out (its
+// drain closes one only after a quiet second, src/server/http-drain.ts).
+const get = (p: ServerProcess, route: string) => fetch(`http://127.0.0.1:${p.httpPort}${route}`, { headers: { connection: 'close' } });
+
 async function waitReady(p: ServerProcess): Promise<void> {
   const deadline = Date.now() + 15_000;
-  while (!(await fetch(`http://127.0.0.1:${p.httpPort}/healthcheck`)).ok) {
+  while (!(await get(p, '/healthcheck')).ok) {
     if (Date.now() > deadline) throw new Error('replica never became ready');
     await sleep(50);
   }
@@ -225,7 +229,7 @@ describe('fault suite', () => {
       // Decide calls as sluice counts them: Redis' own count (INFO commandstats) also has the
       // replica heartbeat's script, once a second, which a flood may overlap.
       const decideCalls = async () => {
-        const metrics = await (await fetch(`http://127.0.0.1:${proc.httpPort}/metrics`)).text();
+        const metrics = await (await get(proc, '/metrics')).text();
         return [...metrics.matchAll(/^sluice_store_duration_seconds_count\{operation="decide",[^}]*\} (\d+)$/gm)].reduce((a, m) => a + Number(m[1]), 0);
       };
       const before = await decideCalls();
@@ -233,7 +237,7 @@ describe('fault suite', () => {
       const flood = await Promise.all(Array.from({ length: 1000 }, () => callRls(client, req)));
       assert.ok(flood.every((r) => r.overallCode === Code.OVER_LIMIT));
       assert.equal(await decideCalls(), before, 'the flood reached Redis');
-      const metrics = await (await fetch(`http://127.0.0.1:${proc.httpPort}/metrics`)).text();
+      const metrics = await (await get(proc, '/metrics')).text();
       assert.match(metrics, /^sluice_over_limit_cache_hits_total 1000$/m);
     } finally {
       client.close();
