@@ -44,13 +44,21 @@ export async function startApp(overrides: Partial<Settings>, options: AppOptions
     adminPort,
     client,
     call,
-    http: (path, init) => fetch(`http://127.0.0.1:${httpPort}${path}`, init),
-    admin: (path, init) => fetch(`http://127.0.0.1:${adminPort}${path}`, init),
+    http: (path, init) => fetch(`http://127.0.0.1:${httpPort}${path}`, closing(init)),
+    admin: (path, init) => fetch(`http://127.0.0.1:${adminPort}${path}`, closing(init)),
     async stop() {
       client.close();
       await app.stop();
     },
   };
+}
+
+// Connection: close unless the test says otherwise: an idle keep-alive connection left open makes
+// the service's graceful stop wait a quiet second before closing it (src/server/http-drain.ts).
+export function closing(init?: RequestInit): RequestInit {
+  const headers = new Headers(init?.headers);
+  if (!headers.has('connection')) headers.set('connection', 'close');
+  return { ...init, headers };
 }
 
 export function callRls(client: RateLimitServiceClient, request: Partial<RateLimitRequest>): Promise<RateLimitResponse> {

@@ -4,7 +4,7 @@ import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { RateLimitServiceClient } from '../../src/gen/envoy/service/ratelimit/v3/rls';
 import { type Settings, SETTINGS } from '../../src/settings';
-import { type Running, startApp } from './app';
+import { closing, type Running, startApp } from './app';
 import { spawnServer } from './process';
 import { type DelayProxy, startDelayProxy } from './delay-proxy';
 import { type RedisNode, startRedis } from './redis';
@@ -150,7 +150,7 @@ async function spawnReplica(overrides: Overrides): Promise<Replica> {
   return {
     client,
     grpcPort: server.grpcPort,
-    http: (path, init) => fetch(`http://127.0.0.1:${server.httpPort}${path}`, init),
+    http: (path, init) => fetch(`http://127.0.0.1:${server.httpPort}${path}`, closing(init)),
     async stop() {
       client.close();
       await server.stop();

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import type { AttackResult } from './h2-attacks';
 import { LegitClient, type LegitStats } from './legit-client';
+import { closing } from './app';
 
 // What runs beside an attack (test/support/h2-attacks.ts): a legitimate client on its own
 // connection (test/support/legit-client.ts), a sampler of the server process' resident memory,
@@ -56,7 +57,7 @@ export interface Target {
 
 // The sum of a counter's series in /metrics whose labels include `labels`.
 async function counterSum(httpPort: number, name: string, labels = ''): Promise<number> {
-  const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text();
+  const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`, closing())).text();
   let sum = 0;
   for (const m of text.matchAll(new RegExp(`^${name}\\{([^}]*)\\} (\\S+)$`, 'gm'))) if (m[1].includes(labels)) sum += Number(m[2]);
   return sum;

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { RateLimitServiceClient, RateLimitResponse_Code as Code } from '../../src/gen/envoy/service/ratelimit/v3/rls';
-import { callRls, d } from '../support/app';
+import { callRls, closing, d } from '../support/app';
 import readline from 'node:readline';
 import { spawn } from 'node:child_process';
 import { settingsHelp } from '../../src/cli';
@@ -176,8 +176,8 @@ describe('logs for a person', () => {
       });
     });
     try {
-      assert.equal((await fetch(`http://127.0.0.1:${listening[2]}/healthcheck`)).status, 200);
-      assert.equal((await fetch(`http://127.0.0.1:${listening[3]}/rlconfig`)).status, 200);
+      assert.equal((await fetch(`http://127.0.0.1:${listening[2]}/healthcheck`, closing())).status, 200);
+      assert.equal((await fetch(`http://127.0.0.1:${listening[3]}/rlconfig`, closing())).status, 200);
     } finally {
       child.kill('SIGTERM');
     }

@@ -10,6 +10,7 @@ import { changedPaths, envoyBinary, type RunningEnvoy, startEnvoy } from '../sup
 import { REPO, type ServerProcess, spawnServer, spawnServers } from '../support/process';
 import { type RedisNode, startRedis, stopAll } from '../support/redis';
 import { awayFromWindowEdge } from '../support/time';
+import { closing } from '../support/app';
 
 // The shipped envoy/envoy.yaml, its addresses and nothing else changed, in front of two sluice
 // replicas (examples/config, the config it is written for, as docker-compose.yml runs them) on one
@@ -71,7 +72,7 @@ interface Counted {
 async function counters(): Promise<Counted> {
   const stats = await envoy.stats('^cluster\\.(upstream\\.ratelimit|sluice)\\.');
   const pick = (prefix: string, names: readonly string[]) => Object.fromEntries(names.map((n) => [n, stats[`${prefix}.${n}`] ?? 0]));
-  const pages = await Promise.all(replicas.map(async (r) => (await fetch(`http://127.0.0.1:${r.httpPort}/metrics`)).text()));
+  const pages = await Promise.all(replicas.map(async (r) => (await fetch(`http://127.0.0.1:${r.httpPort}/metrics`, closing())).text()));
   const sum = (labels: Record<string, string>) => pages.reduce((n, page) => n + metricSum(page, 'sluice_requests_total', labels), 0);
   const [ok, overLimit, all] = [sum({ code: 'OK' }), sum({ code: 'OVER_LIMIT' }), sum({})];
   const total = (name: string) => pages.reduce((n, page) => n + metricSum(page, name), 0);

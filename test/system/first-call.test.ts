@@ -6,6 +6,7 @@ import { after, test } from 'node:test';
 import { callBytes, callOnNewConnection } from '../../src/server/warm-up';
 import { parseExposition, value } from '../support/exposition';
 import { spawnServer } from '../support/process';
+import { closing } from '../support/app';
 
 // The first ShouldRateLimit a process answers must not be the first run of the code that answers
 // it: V8 compiles a function lazily on its first call, and the whole path compiled at once took
@@ -66,7 +67,8 @@ test('the warm-up answers its calls before the port is bound, on a store and met
     const warm = server.logs.findIndex((l) => l.event === 'warm_up');
     assert.ok(warm >= 0 && warm < server.logs.findIndex((l) => l.event === 'listening'), 'a warm_up line before "listening"');
     assert.equal(server.logs[warm].calls, 32, 'every warm-up call answered');
-    const requests = async () => value(parseExposition(await (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`)).text()), 'sluice_requests_total');
+    const requests = async () =>
+      value(parseExposition(await (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`, closing())).text()), 'sluice_requests_total');
     assert.equal(await requests(), 0);
     const bytes = callBytes(request, `127.0.0.1:${server.grpcPort}`, '20m');
     for (let i = 0; i < 10; i++) await callOnNewConnection(server.grpcPort, bytes, 1, 5000);

@@ -11,7 +11,7 @@ import {
   RateLimitServiceClient,
 } from '../../src/gen/envoy/service/ratelimit/v3/rls';
 import { metricSum, waitReady } from '../../bench/fleet';
-import { d } from '../support/app';
+import { closing, d } from '../support/app';
 import { type ServerProcess, spawnServer } from '../support/process';
 import { type RedisNode, startRedis, stopAll } from '../support/redis';
 import { DAY_MS, awayFromWindowEdge } from '../support/time';
@@ -52,7 +52,7 @@ function configDir(): string {
 }
 
 async function metricsOf(server: ServerProcess): Promise<string> {
-  return (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`)).text();
+  return (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`, closing())).text();
 }
 
 function call(client: RateLimitServiceClient, request: Partial<RateLimitRequest>): Promise<RateLimitResponse> {

@@ -6,7 +6,7 @@ import tls from 'node:tls';
 import { after, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { RateLimitResponse_Code as Code, RateLimitServiceClient } from '../../src/gen/envoy/service/ratelimit/v3/rls';
-import { callRls, d } from '../support/app';
+import { callRls, closing, d } from '../support/app';
 import { makeCerts } from '../support/certs';
 import { spawnServer } from '../support/process';
 import { startRedis, stopAll } from '../support/redis';
@@ -52,7 +52,7 @@ describe('hot reload', () => {
       assert.equal(rejected.keptPrevious, true);
       assert.ok(server.logs.some((l) => l.event === 'config_error' && String(l.error).includes("unknown key 'requests_per_unitt'")));
       assert.equal(await limitOf(client), 20);
-      const metrics = await (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`)).text();
+      const metrics = await (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`, closing())).text();
       assert.match(metrics, /^sluice_config_loads_total\{result="error"\} 1$/m);
       assert.match(metrics, /^sluice_config_loads_total\{result="success"\} 2$/m);
     } finally {
@@ -105,7 +105,7 @@ describe('graceful shutdown', () => {
     ]);
     // Ready as a whole (every worker of WORKERS=auto): a worker still starting when Redis freezes
     // would keep the set NOT_SERVING already, and the SIGTERM would change nothing to see.
-    for (const until = Date.now() + 20_000; (await fetch(`http://127.0.0.1:${server.httpPort}/healthcheck`)).status !== 200; await sleep(20)) {
+    for (const until = Date.now() + 20_000; (await fetch(`http://127.0.0.1:${server.httpPort}/healthcheck`, closing())).status !== 200; await sleep(20)) {
       assert.ok(Date.now() < until, 'not ready within 20 s');
     }
     const client = new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure());
@@ -197,7 +197,7 @@ describe('explain endpoint (admin port, localhost)', () => {
       domain: 'edge',
       descriptors: [{ entries: [{ key: 'tenant', value: 'explained' }] }, { entries: [{ key: 'nothing', value: 'x' }] }],
     });
-    const explain = async () => (await (await fetch(`http://127.0.0.1:${server.adminPort}/explain`, { method: 'POST', body })).json()) as any;
+    const explain = async () => (await (await fetch(`http://127.0.0.1:${server.adminPort}/explain`, closing({ method: 'POST', body }))).json()) as any;
     try {
       for (let i = 0; i < 3; i++) await callRls(client, { domain: 'edge', descriptors: [d(['tenant', 'explained'])] });
       // Time moves between the calls: compare all but the reset times.
@@ -216,7 +216,7 @@ describe('explain endpoint (admin port, localhost)', () => {
       assert.equal(none.rule, null);
       const real = await callRls(client, { domain: 'edge', descriptors: [d(['tenant', 'explained'])] });
       assert.equal(real.statuses[0].limitRemaining, 6);
-      assert.equal((await fetch(`http://127.0.0.1:${server.httpPort}/explain`, { method: 'POST', body })).status, 404);
+      assert.equal((await fetch(`http://127.0.0.1:${server.httpPort}/explain`, closing({ method: 'POST', body }))).status, 404);
       const listening = server.logs.find((l) => l.event === 'listening');
       assert.ok(listening);
     } finally {

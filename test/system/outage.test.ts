@@ -12,7 +12,7 @@ import {
   RateLimitServiceClient,
 } from '../../src/gen/envoy/service/ratelimit/v3/rls';
 import { metricSum, waitReady } from '../../bench/fleet';
-import { d } from '../support/app';
+import { closing, d } from '../support/app';
 import { spawnServer } from '../support/process';
 import { type RedisNode, startRedis, stopAll } from '../support/redis';
 
@@ -165,7 +165,7 @@ async function scenario(t: TestContext, fault: Fault): Promise<void> {
     await outage;
     await Promise.all(inFlight);
 
-    const metrics = await Promise.all(servers.map(async (s) => (await fetch(`http://127.0.0.1:${s.httpPort}/metrics`)).text()));
+    const metrics = await Promise.all(servers.map(async (s) => (await fetch(`http://127.0.0.1:${s.httpPort}/metrics`, closing())).text()));
     t.diagnostic(
       `${fault}: per replica degraded decisions ${metrics.map((m) => metricSum(m, 'sluice_degraded_decisions_total')).join('/')}, ` +
         `breaker transitions to open ${metrics.map((m) => metricSum(m, 'sluice_breaker_transitions_total', { to: 'open' })).join('/')}, ` +

@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { RateLimitResponse_Code } from '../../src/gen/envoy/service/ratelimit/v3/rls';
-import { callRls, d, startApp } from '../support/app';
+import { callRls, closing, d, startApp } from '../support/app';
 import { runCli, spawnServer } from '../support/process';
 import { freePort } from '../support/redis';
 import { RateLimitServiceClient } from '../../src/gen/envoy/service/ratelimit/v3/rls';
@@ -35,7 +35,7 @@ function tempDir(files: Record<string, string>): string {
 // The exposition text checked by promtool (a parse error fails; its naming lints do not: upstream's
 // names are what they are), then as series text (`name{a="1",b="2"}`, labels as written) → value.
 async function scrape(port: number, p = '/metrics'): Promise<Map<string, number>> {
-  const res = await fetch(`http://127.0.0.1:${port}${p}`);
+  const res = await fetch(`http://127.0.0.1:${port}${p}`, closing());
   assert.equal(res.status, 200);
   const text = await res.text();
   const run = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
@@ -98,7 +98,7 @@ describe('USE_PROMETHEUS listener', () => {
       assert.ok(series.has('ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="0.0001"}'));
       assert.equal(series.get('sluice_requests_total{transport="grpc",code="OVER_LIMIT"}'), 2);
       // Other paths are not served; the main port's /metrics is as before.
-      assert.equal((await fetch(`http://127.0.0.1:${port}/other`)).status, 404);
+      assert.equal((await fetch(`http://127.0.0.1:${port}/other`, closing())).status, 404);
       assert.match(await (await s.http('/metrics')).text(), /ratelimit_service_rate_limit_total_hits\{domain="pl",key1="k",key2=""\} 5/);
     } finally {
       await s.stop();
@@ -154,7 +154,7 @@ mappings:
       assert.equal(series.get('edge_latency_ms_count{method="ShouldRateLimit"}'), 7);
       assert.ok(series.has('edge_latency_ms_bucket{method="ShouldRateLimit",le="0.1"}'));
       assert.equal(series.get('sluice_requests_total{transport="grpc",code="OK"}'), 5);
-      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`, closing())).text();
       assert.match(text, /^# HELP edge_hits_total Hits by tenant$/m);
       assert.match(text, /^# TYPE edge_latency_ms histogram$/m);
     } finally {

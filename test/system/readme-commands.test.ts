@@ -3,7 +3,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { type Running, startApp } from '../support/app';
+import { closing, type Running, startApp } from '../support/app';
 import { MAIN, REPO } from '../support/process';
 
 // Every shell command in the README and docs/ (where the README's topics now live) is run here
@@ -51,7 +51,7 @@ async function runCurl(command: string): Promise<void> {
   const m = /^curl -s localhost:(8080|6070)(\/\w+) -d '(.*)'$/s.exec(command);
   assert.ok(m, `a curl form this test does not know: ${command}`);
   const port = m[1] === '8080' ? app.httpPort : app.adminPort;
-  const res = await fetch(`http://127.0.0.1:${port}${m[2]}`, { method: 'POST', body: m[3] });
+  const res = await fetch(`http://127.0.0.1:${port}${m[2]}`, closing({ method: 'POST', body: m[3] }));
   assert.equal(res.status, 200, `${command}: HTTP ${res.status}`);
   // /json answers as the RLS response does, /explain with its own `overall`.
   const body = (await res.json()) as { overallCode?: string; overall?: string };

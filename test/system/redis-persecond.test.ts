@@ -11,7 +11,7 @@ import type { StoreEvents } from '../../src/store/events';
 import { PER_SECOND_LABEL } from '../../src/store/persecond';
 import { RedisStore } from '../../src/store/redis';
 import type { Store } from '../../src/store/store';
-import { d, type Running, startApp } from '../support/app';
+import { closing, d, type Running, startApp } from '../support/app';
 import { runCli, spawnServer } from '../support/process';
 import { counterNames, freePort, type RedisNode, startRedis, stopAll } from '../support/redis';
 import { recordingEvents, redisClient, until } from '../support/stack';
@@ -195,7 +195,7 @@ describe('a sluice process started with upstream environment', () => {
       const listening = server.logs.find((l) => l.event === 'listening')!;
       assert.match(String(listening.msg), new RegExp(`store redis 127\\.0\\.0\\.1:${main.port}, per-second limits on redis 127\\.0\\.0\\.1:${port},`));
       // No per-second Redis yet: the main one alone does not make the process ready.
-      const health = () => fetch(`http://127.0.0.1:${server.httpPort}/healthcheck`);
+      const health = () => fetch(`http://127.0.0.1:${server.httpPort}/healthcheck`, closing());
       const notReady = await health();
       assert.equal(notReady.status, 500);
       assert.match(await notReady.text(), /^NOT_SERVING: store not ready/);
@@ -205,11 +205,11 @@ describe('a sluice process started with upstream environment', () => {
       // The per-second counter lives to the end of its second: ask in the first half of one, so
       // that it is still there to be listed.
       await awayFromWindowEdge(1000, 500);
-      const answer = await fetch(`http://127.0.0.1:${server.httpPort}/json`, { method: 'POST', body });
+      const answer = await fetch(`http://127.0.0.1:${server.httpPort}/json`, closing({ method: 'POST', body }));
       assert.equal(answer.status, 200);
       assert.deepEqual(await counterKeys(late, 'proc:'), [SECOND_KEY('p', 'proc:')]);
       assert.deepEqual(await counterKeys(main, 'proc:'), [MINUTE_KEY('p', 'proc:')]);
-      const metrics = await (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`)).text();
+      const metrics = await (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`, closing())).text();
       assert.match(metrics, /sluice_store_duration_seconds_count\{operation="persecond_decide",result="ok"\} [1-9]/);
       assert.match(metrics, /sluice_store_duration_seconds_count\{operation="decide",result="ok"\} [1-9]/);
     } finally {

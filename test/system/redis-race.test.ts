@@ -5,7 +5,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { RateLimitResponse_Code as Code, RateLimitServiceClient } from '../../src/gen/envoy/service/ratelimit/v3/rls';
-import { callRls, d } from '../support/app';
+import { callRls, closing, d } from '../support/app';
 import { type ServerProcess, spawnServer } from '../support/process';
 import { freePort, startRedis, stopAll } from '../support/redis';
 import { DAY_MS, awayFromWindowEdge } from '../support/time';
@@ -114,7 +114,7 @@ describe('startup before Redis', () => {
     ]);
     const client = new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure());
     try {
-      const health = await fetch(`http://127.0.0.1:${server.httpPort}/healthcheck`);
+      const health = await fetch(`http://127.0.0.1:${server.httpPort}/healthcheck`, closing());
       assert.equal(health.status, 500);
       assert.match(await health.text(), /store not ready/);
       await assert.rejects(

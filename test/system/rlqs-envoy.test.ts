@@ -10,6 +10,7 @@ import { envoyBinary, type HostPort, type RunningEnvoy, startEnvoy } from '../su
 import { REPO, type ServerProcess, spawnServer, spawnServers } from '../support/process';
 import { counterNames, fixedWindowCount, type RedisNode, startRedis, stopAll } from '../support/redis';
 import { awayFromWindowEdge } from '../support/time';
+import { closing } from '../support/app';
 
 // Real Envoys with the shipped envoy/envoy-rlqs.yaml (addresses changed only) against two sluice
 // replicas (examples/config) on one real Redis: what the fleet admits for one bucket, RLS and RLQS
@@ -90,7 +91,7 @@ const count = (statuses: number[], code: number) => statuses.filter((s) => s ===
 
 // sluice's counters, both replicas together.
 async function sluiceCounts(): Promise<{ tokenBuckets: number; reports: number; degraded: number }> {
-  const pages = await Promise.all(replicas.map(async (r) => (await fetch(`http://127.0.0.1:${r.httpPort}/metrics`)).text()));
+  const pages = await Promise.all(replicas.map(async (r) => (await fetch(`http://127.0.0.1:${r.httpPort}/metrics`, closing())).text()));
   const sum = (name: string, labels: Record<string, string> = {}) => pages.reduce((n, page) => n + metricSum(page, name, labels), 0);
   return {
     tokenBuckets: sum('sluice_rlqs_actions_total', { domain: 'edge', action: 'token_bucket' }),

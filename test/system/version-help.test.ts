@@ -6,7 +6,7 @@ import { describe, test } from 'node:test';
 import { defaultText } from '../../src/cli-help';
 import { createLogger } from '../../src/logger';
 import { SETTINGS } from '../../src/settings';
-import { startApp } from '../support/app';
+import { closing, startApp } from '../support/app';
 import { REPO, runCli, spawnServer } from '../support/process';
 
 const VERSION = (JSON.parse(fs.readFileSync(path.join(REPO, 'package.json'), 'utf8')) as { version: string }).version;
@@ -54,7 +54,7 @@ describe('the version', () => {
     try {
       await server.waitForLog((l) => l.event === 'listening' && l.worker === 2);
       await server.waitForLog((l) => l.event === 'listening' && l.worker === 1);
-      const text = await (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`)).text();
+      const text = await (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`, closing())).text();
       assert.deepEqual(buildInfo(text), [{ version: VERSION, node: process.versions.node, value: 1 }]);
     } finally {
       await server.stop();

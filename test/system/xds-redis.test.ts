@@ -5,7 +5,7 @@ import * as grpc from '@grpc/grpc-js';
 import { RateLimitResponse_Code as Code, RateLimitServiceClient } from '../../src/gen/envoy/service/ratelimit/v3/rls';
 import { RateLimitUnit } from '../../src/gen/ratelimit/config/ratelimit/v3/rls_conf';
 import { type ReceivedRequest, startControlPlane } from '../support/ads-server';
-import { callRls, d } from '../support/app';
+import { callRls, closing, d } from '../support/app';
 import { makeCerts } from '../support/certs';
 import { spawnServer, spawnServers, type ServerProcess } from '../support/process';
 import { freePort, startRedis, stopAll } from '../support/redis';
@@ -81,7 +81,7 @@ describe("Envoy Gateway's environment", () => {
       for (const r of replicas) await r.waitForLog((l) => l.event === 'config_loaded');
       // Ready means Redis answered a real decision: from then on no answer is a local fallback's.
       // Envoy Gateway's probes ask in plain HTTP although the port serves TLS.
-      for (const r of replicas) while ((await fetch(`http://127.0.0.1:${r.httpPort}/healthcheck`)).status !== 200) await pause();
+      for (const r of replicas) while ((await fetch(`http://127.0.0.1:${r.httpPort}/healthcheck`, closing())).status !== 200) await pause();
       let ok = 0;
       for (let i = 0; i < 3 * LIMIT; i++) {
         const response = await callRls(clients[i % 2], { domain: 'gateway', descriptors: [d(['tenant', 'shared'])] });
@@ -92,7 +92,7 @@ describe("Envoy Gateway's environment", () => {
       const sum = async (series: string) => {
         let total = 0;
         for (const port of metricsPorts) {
-          const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+          const text = await (await fetch(`http://127.0.0.1:${port}/metrics`, closing())).text();
           total += Number(new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
         }
         return total;

@@ -155,7 +155,10 @@ describe('statsd output with upstream names', () => {
       await running.call({ domain: 'edge', descriptors: [d(['tenant', 'beta'])] });
       await running.call({ domain: 'edge', descriptors: [d(['tenant', 'beta'])] });
       await statsd.waitFor(() => sent().reduce((a, b) => a + b, 0) >= 2, 'the flushes of the first two hits');
-      assert.ok(hits().every((l) => l.startsWith(`${R}.edge.tenant.total_hits${tags}:`)), hits().join('\n'));
+      assert.ok(
+        hits().every((l) => l.startsWith(`${R}.edge.tenant.total_hits${tags}:`)),
+        hits().join('\n'),
+      );
       assert.ok(sent().join() === '2' || sent().join() === '1,1', `sent ${sent().join()}`);
       assert.ok(statsd.lines().includes(`ratelimit.service.config_load_success${tags}:1|c`));
       // Nothing moved: nothing sent for it over several intervals.
