@@ -457,12 +457,7 @@ describe('multi-region', () => {
       fs.rmSync(dir, { recursive: true, force: true });
     }
   });
-});
 
-// One replica each, one caller at a time (ten calls a second or back to back): no load to speak
-// of, and each on its own redis-servers and link; mostly waiting (a window's edge, window starts,
-// a spent window), so all at once.
-describe('multi-region, one replica: all at once', { concurrency: true }, () => {
   test('a back-to-back caller behind a slow link: never denied while the global budget has units', async () => {
     // Replica leases on (the default): a replica's lease and the region's allowance can both run
     // dry while the allowance's refill travels; with the global budget not short, the request
@@ -564,9 +559,7 @@ describe('multi-region, one replica: all at once', { concurrency: true }, () => 
       await region.close();
     }
   });
-});
 
-describe('multi-region', () => {
   test("hot keys: replicas' own leases come out of the region's allowance, and the bound holds", async () => {
     const [regional, global] = [await startRedis(), await startRedis()];
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-mr-hot-'));
