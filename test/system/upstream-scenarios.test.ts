@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -95,13 +96,16 @@ interface Sluice {
 }
 
 // A sluice process with the environment upstream's test gives upstream, plus COMPAT_MODE; ready
-// (one real decision round-tripped) before it is used.
+// (one real decision round-tripped) before it is used. One serving process, as upstream is, unless
+// env says otherwise: WORKERS=auto would start a primary and a worker per core (on one core it is
+// already one process), which triples the start-up these scenarios pay 30 times; workers are
+// tested in workers.test.ts, and 'basic config with local cache' keeps auto here.
 async function start(mode: Mode, env: Record<string, string>): Promise<Sluice> {
   const { root, configDir } = runtimeRoot();
-  const upstreamEnv = { RUNTIME_ROOT: root, RUNTIME_SUBDIRECTORY: 'ratelimit', RUNTIME_APPDIRECTORY: 'config', USE_STATSD: 'false', ...env };
+  const upstreamEnv = { RUNTIME_ROOT: root, RUNTIME_SUBDIRECTORY: 'ratelimit', RUNTIME_APPDIRECTORY: 'config', USE_STATSD: 'false', WORKERS: '1', ...env };
   const server = await spawnServer([], mode === 'upstream' ? { ...upstreamEnv, COMPAT_MODE: 'upstream' } : upstreamEnv);
-  const http = (p: string) => fetch(`http://127.0.0.1:${server.httpPort}${p}`);
-  while ((await (await http('/readyz')).text()) !== 'OK') await new Promise((r) => setTimeout(r, 20));
+  const http = (p: string) => httpText(server.httpPort, p);
+  while ((await http('/readyz')) !== 'OK') await new Promise((r) => setTimeout(r, 20));
   const client = new RateLimitServiceClient(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure());
   return {
     server,
@@ -117,7 +121,7 @@ async function start(mode: Mode, env: Record<string, string>): Promise<Sluice> {
       return { response, sentAt, answeredAt: Date.now() };
     },
     async metric(name, labels = '') {
-      const text = await (await http('/metrics')).text();
+      const text = await http('/metrics');
       const line = text.split('\n').find((l) => l.startsWith(`${name}${labels} `));
       return line === undefined ? 0 : Number(line.split(' ').pop());
     },
@@ -126,6 +130,21 @@ async function start(mode: Mode, env: Record<string, string>): Promise<Sluice> {
       assert.equal(await server.stop(), 0);
     },
   };
+}
+
+// A GET's body, on a connection of its own that the server closes after answering: fetch would
+// keep it open, and a stop with an idle keep-alive client waits a second of quiet before closing
+// it (server/http-drain.ts), a second each of this file's 30 stops would pay.
+function httpText(port: number, p: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    http
+      .get({ host: '127.0.0.1', port, path: p, agent: false }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve(Buffer.concat(chunks).toString()));
+      })
+      .on('error', reject);
+  });
 }
 
 interface Expected {
@@ -289,7 +308,10 @@ describe('envoyproxy/ratelimit integration scenarios, COMPAT_MODE=upstream and n
       const basic = (o: BasicOptions) => (s: Sluice) => basicScenario(s, mode, o);
 
       test('basic config', () => run(single(), basic({ localCache: false, stopIncrement: false })));
-      test('basic config with local cache', () => run({ ...single(), LOCAL_CACHE_SIZE_IN_BYTES: '1000' }, basic({ localCache: true, stopIncrement: false })));
+      // WORKERS=auto (a primary and a worker per core where there are several): the local-cache
+      // series and gauges read through the primary's /metrics.
+      test('basic config with local cache', () =>
+        run({ ...single(), LOCAL_CACHE_SIZE_IN_BYTES: '1000', WORKERS: 'auto' }, basic({ localCache: true, stopIncrement: false })));
       test('basic config with cache prefix: every key carries it', () =>
         run({ ...single(), CACHE_KEY_PREFIX: 'prefix:' }, async (s) => {
           await basic({ localCache: false, stopIncrement: false })(s);
