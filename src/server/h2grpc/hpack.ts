@@ -170,7 +170,31 @@ function unsafeOctets(b: Uint8Array, start: number, end: number): boolean {
   return false;
 }
 
+// `kept` equals the octets of `block` from `start` (a loop: for these lengths, cheaper than the
+// native compare's argument checks).
+function sameOctets(kept: Buffer, block: Buffer, start: number): boolean {
+  for (let i = 0; i < kept.length; i++) if (kept[i] !== block[start + i]) return false;
+  return true;
+}
+
 const STATIC_ENTRIES: readonly Entry[] = STATIC_TABLE.map(([name, value]) => ({ name, value }));
+
+// A literal string decoded lately, kept by its encoded octets. A client that does not index a field
+// it sends with every request (nghttp2, and so Envoy, never indexes :path or content-length) sends
+// the same octets each time, and comparing them costs a fraction of decoding them again.
+interface Recent {
+  readonly octets: Buffer;
+  readonly huffman: boolean;
+  readonly value: string;
+  readonly unsafe: boolean;
+}
+// Kept by their place among a block's literal strings (the n-th literal of one request is mostly
+// the n-th of the next, and one that changes every time only ever replaces its own place): the
+// first RECENT of a block, of the encoded lengths worth keeping (shorter ones decode faster than
+// they compare; longer ones are seldom the same every time). At most 8 x 128 octets per connection.
+const RECENT = 8;
+const RECENT_MIN = 8;
+const RECENT_MAX = 128;
 
 // Header names and values as latin1 strings: octets in, the same octets out.
 export class HpackDecoder {
@@ -180,6 +204,9 @@ export class HpackDecoder {
   private maxSize: number;
   private pos = 0;
   private scratch = Buffer.allocUnsafe(256);
+  private readonly recent: (Recent | undefined)[] = new Array(RECENT).fill(undefined);
+  // Literal strings of the block being decoded so far.
+  private literals = 0;
   // A string of the block being decoded was unsafe (see UNSAFE).
   private unsafe = false;
 
@@ -201,6 +228,7 @@ export class HpackDecoder {
     let tooLarge = false;
     this.pos = 0;
     this.unsafe = false;
+    this.literals = 0;
     let first = true;
     while (this.pos < block.length) {
       const byte = block[this.pos];
@@ -272,15 +300,30 @@ export class HpackDecoder {
     const end = start + length;
     if (end > block.length) throw new HpackError('truncated string');
     this.pos = end;
-    if (!huffman) {
-      if (unsafeOctets(block, start, end)) this.unsafe = true;
-      return block.toString('latin1', start, end);
+    const place = this.literals++;
+    const keep = place < RECENT && length >= RECENT_MIN && length <= RECENT_MAX;
+    if (keep) {
+      const r = this.recent[place];
+      if (r !== undefined && r.octets.length === length && r.huffman === huffman && sameOctets(r.octets, block, start)) {
+        if (r.unsafe) this.unsafe = true;
+        return r.value;
+      }
     }
-    // A Huffman code is at least 5 bits: at most 8/5 symbols per byte.
-    if (this.scratch.length < length * 2) this.scratch = Buffer.allocUnsafe(length * 2);
-    const n = huffmanDecode(block, start, end, this.scratch);
-    if (unsafeOctets(this.scratch, 0, n)) this.unsafe = true;
-    return this.scratch.toString('latin1', 0, n);
+    let value: string;
+    let unsafe: boolean;
+    if (!huffman) {
+      unsafe = unsafeOctets(block, start, end);
+      value = block.toString('latin1', start, end);
+    } else {
+      // A Huffman code is at least 5 bits: at most 8/5 symbols per byte.
+      if (this.scratch.length < length * 2) this.scratch = Buffer.allocUnsafe(length * 2);
+      const n = huffmanDecode(block, start, end, this.scratch);
+      unsafe = unsafeOctets(this.scratch, 0, n);
+      value = this.scratch.toString('latin1', 0, n);
+    }
+    if (unsafe) this.unsafe = true;
+    if (keep) this.recent[place] = { octets: Buffer.from(block.subarray(start, end)), huffman, value, unsafe };
+    return value;
   }
 
   private entry(index: number): Entry {

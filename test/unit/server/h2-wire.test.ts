@@ -4,6 +4,7 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { encodeHeaders, HpackDecoder, HpackError } from '../../../src/server/h2grpc/hpack';
+import { contentLength } from '../../../src/server/h2grpc/request-headers';
 import { WireStream } from '../../../src/server/h2grpc/wire';
 import { WINDOW_UPDATE } from '../../../src/server/h2grpc/frames';
 import {
@@ -116,6 +117,37 @@ describe('HPACK decoder: RFC 7541 Appendix C', () => {
     assert.deepEqual(pairs(d.decode(hex('be'), 65536).fields), [['custom-key', 'custom-value']]);
   });
 
+  test('a literal sent again is read from what the decoder kept only when its octets, its coding and its place are the same', () => {
+    const d = new HpackDecoder();
+    const read = (block: string) => {
+      const r = d.decode(hex(block), 65536);
+      return { fields: pairs(r.fields), unsafe: r.unsafe };
+    };
+    // RFC 7541 C.6.1 and C.6.2's dates, Huffman-coded and not indexed (0000 + name index 33 = date).
+    const date1 = '96d07abe941054d444a8200595040b8166e082a62d1bff';
+    const date2 = '96d07abe941054d444a8200595040b8166e084a62d1bff';
+    const on = (v: string) => ({ fields: [['date', v]], unsafe: false });
+    assert.deepEqual(read(`0f12${date1}`), on('Mon, 21 Oct 2013 20:13:21 GMT'));
+    assert.deepEqual(read(`0f12${date1}`), on('Mon, 21 Oct 2013 20:13:21 GMT'));
+    // One octet differs.
+    assert.deepEqual(read(`0f12${date2}`), on('Mon, 21 Oct 2013 20:13:22 GMT'));
+    // The same octets, not Huffman-coded: they are the value.
+    const octets = date2.slice(2);
+    assert.deepEqual(read(`0f1216${octets}`), on(Buffer.from(octets, 'hex').toString('latin1')));
+    // Second place in the block: the first place's value is not taken for it.
+    assert.deepEqual(read(`0f12${date1}0f12${date2}`).fields, [
+      ['date', 'Mon, 21 Oct 2013 20:13:21 GMT'],
+      ['date', 'Mon, 21 Oct 2013 20:13:22 GMT'],
+    ]);
+    // A value with a CR in it is unsafe each time it comes.
+    const cr = Buffer.from('abcd\refgh').toString('hex');
+    assert.deepEqual(read(`0f1209${cr}`), { fields: [['date', 'abcd\refgh']], unsafe: true });
+    assert.deepEqual(read(`0f1209${cr}`), { fields: [['date', 'abcd\refgh']], unsafe: true });
+    // A bad Huffman code is an error each time, never kept.
+    assert.throws(() => d.decode(hex(`0f12${date1.slice(0, -2)}00`), 65536), HpackError);
+    assert.throws(() => d.decode(hex(`0f12${date1.slice(0, -2)}00`), 65536), HpackError);
+  });
+
   test('our encoder: what the decoder reads back, :status first', () => {
     const block = encodeHeaders({ 'grpc-status': '0', ':status': 200, 'x-long': 'v'.repeat(300), 'x-many': ['a', 'b'] });
     assert.deepEqual(pairs(new HpackDecoder().decode(block, 65536).fields), [
@@ -126,6 +158,22 @@ describe('HPACK decoder: RFC 7541 Appendix C', () => {
       ['x-many', 'b'],
     ]);
     assert.deepEqual(pairs(new HpackDecoder().decode(encodeHeaders({ ':status': 415 }), 65536).fields), [[':status', '415']]);
+  });
+});
+
+describe('request headers: content-length', () => {
+  test('1 to 15 digits, the same in every repeat; anything else is malformed (undefined); absent is -1', () => {
+    assert.equal(contentLength({}), -1);
+    for (const [value, want] of [
+      ['0', 0],
+      ['17', 17],
+      ['007', 7],
+      ['999999999999999', 999999999999999],
+      [['12', '12'], 12],
+    ] as const)
+      assert.equal(contentLength({ 'content-length': value as string | string[] }), want, String(value));
+    for (const value of ['', ' 1', '1 ', '+1', '-1', '1a', '0x10', '1e3', '1.0', '٣', '1000000000000000', ['1', '2'], ['1', '']])
+      assert.equal(contentLength({ 'content-length': value }), undefined, JSON.stringify(value));
   });
 });
 
