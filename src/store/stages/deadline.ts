@@ -69,7 +69,10 @@ export class DeadlineStage extends Stage {
   private bounded(options: DecideOptions, start: () => Promise<Decision>): Promise<Decision> {
     const budget = this.o.budgetMs(options);
     if (budget <= 0) return Promise.reject(new DeadlineExceeded('no time left before the caller deadline', false, 0));
-    const waiter = new Waiter(budget, this.o.lag, start());
+    const lag = this.o.lag;
+    const call = start();
+    lag.begin();
+    const waiter = new Waiter(budget, lag, call);
     this.waiting.add(waiter);
     return new Promise<Decision>((resolve, reject) => {
       waiter.reject = reject;
@@ -77,11 +80,13 @@ export class DeadlineStage extends Stage {
         (value) => {
           waiter.answered = true;
           this.waiting.remove(waiter);
+          lag.end();
           resolve(value);
         },
         (error: unknown) => {
           waiter.answered = true;
           this.waiting.remove(waiter);
+          lag.end();
           reject(error);
         },
       );
