@@ -21,12 +21,15 @@ export interface EnvoyScale {
   burner: boolean;
   // Each replica's serving processes: sluice's --workers, upstream's GOMAXPROCS ('auto': the cores).
   workers: string;
+  // Seconds of steady traffic (new tenants, at `rate`) between the cold row and the rows after it.
+  warmS: number;
 }
 
 // BENCH_ENVOY_SCALE (default 1: 4,800 steady requests, 5 Envoy starts, 7,000 requests beside the
 // burner) scales the request counts; BENCH_ENVOY_RATE (default 800) is the paced rate;
 // BENCH_ENVOY_BURNER=0 leaves the burner rows out; BENCH_ENVOY_WORKERS (default auto) sets each
-// replica's processes (sluice) or threads (upstream).
+// replica's processes (sluice) or threads (upstream); BENCH_ENVOY_WARM_S (default 20) is the steady
+// traffic between the replicas' cold row and the other rows.
 export function envoyScale(env: NodeJS.ProcessEnv = process.env): EnvoyScale {
   const positive = (name: string, def: number) => {
     const raw = env[name];
@@ -39,6 +42,9 @@ export function envoyScale(env: NodeJS.ProcessEnv = process.env): EnvoyScale {
   if (burner !== '0' && burner !== '1') throw new Error(`BENCH_ENVOY_BURNER=${burner}: expected 0 or 1`);
   const workers = env.BENCH_ENVOY_WORKERS ?? 'auto';
   if (!/^(auto|[1-9]\d*)$/.test(workers)) throw new Error(`BENCH_ENVOY_WORKERS=${workers}: expected auto or a whole number above 0`);
+  const warmRaw = env.BENCH_ENVOY_WARM_S ?? '20';
+  const warmS = Number(warmRaw);
+  if (!(Number.isFinite(warmS) && warmS >= 0)) throw new Error(`BENCH_ENVOY_WARM_S=${warmRaw}: expected a number of seconds, 0 or more`);
   return {
     scale,
     rate: positive('BENCH_ENVOY_RATE', 800),
@@ -47,6 +53,7 @@ export function envoyScale(env: NodeJS.ProcessEnv = process.env): EnvoyScale {
     burnerSteady: Math.max(BURST, Math.round(7_000 * scale)),
     burner: burner === '1',
     workers,
+    warmS,
   };
 }
 
@@ -76,6 +83,8 @@ export interface Measured {
 
 export interface Figures {
   burst: Measured;
+  // The steady row right after the replicas started, before the warm-up traffic.
+  coldSteady: Measured;
   steady: Measured;
   firstDecisions: Measured;
   burnerBurst?: Measured;
@@ -134,7 +143,14 @@ function rows(scale: EnvoyScale): Row[] {
       label: `free tier ${FREE_LIMIT}/min, ${BURST} concurrent requests (one new tenant)`,
       cell: ({ burst: m }) => `${m.s200} × 200, ${m.s429} × 429, x-ratelimit headers on ${m.withHeaders} (${counters(m)})`,
     },
-    { label: `${fmt(scale.steady)} requests at ${fmt(scale.rate)}/s, healthy Redis: Envoy's ratelimit counters`, cell: ({ steady: m }) => counters(m) },
+    {
+      label: `${fmt(scale.steady)} requests at ${fmt(scale.rate)}/s, healthy Redis, after ${fmt(scale.warmS)} s of such traffic: Envoy's ratelimit counters`,
+      cell: ({ steady: m }) => counters(m),
+    },
+    {
+      label: `the same ${fmt(scale.steady)} requests right after the replicas started (1 s of traffic before; JIT-compiled code not ready yet)`,
+      cell: ({ coldSteady: m }) => counters(m),
+    },
     {
       label: `Redis killed: requests admitted for a new tenant (limit ${FREE_LIMIT}), ${BURST} concurrent`,
       cell: ({ outage: m }) => `${m.s200} of ${m.n}, ${m.s5xx} × 5xx (${counters(m)})`,

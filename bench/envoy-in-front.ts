@@ -224,8 +224,14 @@ async function measureService(name: string, start: (redis: RedisNode) => Promise
     // Both Envoy workers connected to both replicas before the counts; new connections are row 4's.
     await s.client.burst(Array(BURST).fill('internal'));
     await s.client.burst(Array(BURST).fill(`warm-${run}`));
-    // A second of traffic more, so that the rows measure a warm service (unlimited tenant).
+    // A second of traffic more (unlimited tenant); then the steady row on replicas that have just
+    // started, whose code V8 has not optimised yet (sluice's CPU per request is 2-3 times its warm
+    // figure for the first 10-20 s); then warm-up traffic, so the other rows measure warm services.
     await s.client.paced(scale.rate, scale.rate, () => 'internal');
+    step(`steady right after start: ${scale.steady} requests at ${scale.rate}/s`);
+    const coldSteady = await counted(s, () => s.client.paced(scale.steady, scale.rate, (i) => `cold-${run}-${Math.floor(i / PER_TENANT)}`));
+    step(`warm-up: ${scale.warmS} s at ${scale.rate}/s`);
+    await s.client.paced(Math.round(scale.warmS * scale.rate), scale.rate, (i) => `warm-up-${run}-${Math.floor(i / PER_TENANT)}`);
     await awayFromWindowEdge(MINUTE_MS, 5_000);
     step('burst');
     const burst = await counted(s, () => s.client.burst(Array(BURST).fill(`free-${run}`)));
@@ -235,7 +241,7 @@ async function measureService(name: string, start: (redis: RedisNode) => Promise
     const first = await firstDecisions(s, clusters, scale.starts, run);
     if (scale.burner) step('beside a CPU burner');
     const burner = scale.burner ? await withBurner(s, scale, run) : {};
-    return { burst, steady, firstDecisions: first, ...burner, outage: await outage(s, redis, run) };
+    return { burst, coldSteady, steady, firstDecisions: first, ...burner, outage: await outage(s, redis, run) };
   } finally {
     stage?.client.close();
     await stage?.envoy.stop();

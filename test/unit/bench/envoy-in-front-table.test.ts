@@ -24,6 +24,7 @@ const measured = (over: Partial<Measured>): Measured => ({
 const figures: Figures = {
   burst: measured({ s200: 10, s429: 30, withHeaders: 40, envoy: { ok: 10, over_limit: 30, error: 0, failure_mode_allowed: 0 }, degraded: 0, cpuMs: 10 }),
   steady: measured({ n: 4800, s200: 4800, envoy: { ok: 4797, over_limit: 0, error: 3, failure_mode_allowed: 3 }, degraded: 0, cpuMs: 720 }),
+  coldSteady: measured({ n: 4800, s200: 4800, envoy: { ok: 4700, over_limit: 0, error: 100, failure_mode_allowed: 100 }, degraded: 0, cpuMs: 2400 }),
   firstDecisions: measured({ n: 200, s200: 200, envoy: { ok: 197, over_limit: 0, error: 3, failure_mode_allowed: 3 } }),
   burnerBurst: measured({ n: 60, s200: 60, envoy: { ok: 58, over_limit: 0, error: 2, failure_mode_allowed: 2 } }),
   burnerSteady: measured({ n: 7000, s200: 6990, envoy: { ok: 6900, over_limit: 0, error: 60, failure_mode_allowed: 60 }, noAnswer: 1 }),
@@ -44,7 +45,7 @@ describe('bench: Envoy in front', () => {
   });
 
   test('knobs: defaults, a short run, and a bad value named', () => {
-    assert.deepEqual(envoyScale({}), { scale: 1, rate: 800, steady: 4800, starts: 5, burnerSteady: 7000, burner: true, workers: 'auto' });
+    assert.deepEqual(envoyScale({}), { scale: 1, rate: 800, steady: 4800, starts: 5, burnerSteady: 7000, burner: true, workers: 'auto', warmS: 20 });
     assert.deepEqual(envoyScale({ BENCH_ENVOY_SCALE: '0.1', BENCH_ENVOY_BURNER: '0' }), {
       scale: 0.1,
       rate: 800,
@@ -53,7 +54,10 @@ describe('bench: Envoy in front', () => {
       burnerSteady: 700,
       burner: false,
       workers: 'auto',
+      warmS: 20,
     });
+    assert.equal(envoyScale({ BENCH_ENVOY_WARM_S: '0' }).warmS, 0);
+    assert.throws(() => envoyScale({ BENCH_ENVOY_WARM_S: '-1' }), /BENCH_ENVOY_WARM_S=-1: expected a number of seconds, 0 or more/);
     assert.throws(() => envoyScale({ BENCH_ENVOY_SCALE: 'fast' }), /^Error: BENCH_ENVOY_SCALE=fast: expected a number above 0$/);
     assert.throws(() => envoyScale({ BENCH_ENVOY_RATE: '0' }), /BENCH_ENVOY_RATE=0/);
     assert.throws(() => envoyScale({ BENCH_ENVOY_BURNER: 'yes' }), /BENCH_ENVOY_BURNER=yes: expected 0 or 1/);
@@ -63,22 +67,25 @@ describe('bench: Envoy in front', () => {
 
   test("the table: Envoy's counters for each service side by side", () => {
     const lines = envoyInFrontTable(envoyScale({}), figures, figures).split('\n');
-    assert.equal(lines.length, 2 + 6);
+    assert.equal(lines.length, 2 + 7);
     const cells = (i: number) =>
       lines[i]
         .split(' | ')
         .slice(1)
         .map((c) => c.replace(/ \|$/, ''));
     assert.deepEqual(cells(2), Array(2).fill('10 × 200, 30 × 429, x-ratelimit headers on 40 (ok 10 / over_limit 30 / error 0)'));
+    assert.match(lines[3], /^\| 4,800 requests at 800\/s, healthy Redis, after 20 s of such traffic/);
     assert.deepEqual(cells(3), Array(2).fill('ok 4,797 / over_limit 0 / error 3, service CPU 150 µs/request'));
-    assert.match(lines[4], /\| 7 of 40, 0 × 5xx \(ok 7 \/ over_limit 33 \/ error 0, 40 decided without Redis\) \|/);
-    assert.match(lines[5], /^\| first decisions .*5 Envoy starts × 40 requests.* \| 3 of 200 missed \(ok 197/);
-    assert.match(lines[7], /\| 60 of 7,000 missed \(ok 6,900 \/ over_limit 0 \/ error 60, 40 not asked, 1 unanswered\) \|/);
+    assert.match(lines[4], /^\| the same 4,800 requests right after the replicas started/);
+    assert.deepEqual(cells(4), Array(2).fill('ok 4,700 / over_limit 0 / error 100, service CPU 500 µs/request'));
+    assert.match(lines[5], /\| 7 of 40, 0 × 5xx \(ok 7 \/ over_limit 33 \/ error 0, 40 decided without Redis\) \|/);
+    assert.match(lines[6], /^\| first decisions .*5 Envoy starts × 40 requests.* \| 3 of 200 missed \(ok 197/);
+    assert.match(lines[8], /\| 60 of 7,000 missed \(ok 6,900 \/ over_limit 0 \/ error 60, 40 not asked, 1 unanswered\) \|/);
   });
 
   test('a column that did not run has a dash in every cell; the burner rows can be left out', () => {
     const lines = envoyInFrontTable(envoyScale({ BENCH_ENVOY_BURNER: '0' }), figures, 'Go not found').split('\n');
-    assert.equal(lines.length, 2 + 4);
+    assert.equal(lines.length, 2 + 5);
     for (const line of lines.slice(2)) assert.match(line, / \| – \|$/);
   });
 
