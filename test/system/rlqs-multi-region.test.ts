@@ -85,7 +85,7 @@ describe('RLQS across regions', { timeout: 60_000 }, () => {
     await deployment?.stop();
   });
 
-  test('Envoys in two regions are assigned units of the one global budget: each region gets some, together no more than the limit', async () => {
+  test('Envoys in two regions are assigned units of the one global budget: each region gets some, together no more than the limit', async (t) => {
     const bucket = { tenant: 'shared' };
     // 40 requests a second each, the limit's day in a few seconds: until neither is assigned
     // anything three rounds in a row.
@@ -96,6 +96,7 @@ describe('RLQS across regions', { timeout: 60_000 }, () => {
       await sleep(150);
     }
     const spent = { a: a.spent, b: b.spent };
+    t.diagnostic(`assigned and spent: ${JSON.stringify(spent)} of ${LIMIT}`);
     assert.ok(spent.a > 0 && spent.b > 0, `each region's Envoy is assigned units: ${JSON.stringify(spent)}`);
     assert.ok(spent.a + spent.b <= LIMIT, `together within the limit: ${JSON.stringify(spent)}`);
     // ... and most of it reached them (the rest trickles out of the global budget in crumbs).
@@ -103,10 +104,11 @@ describe('RLQS across regions', { timeout: 60_000 }, () => {
     // Nothing is left for anybody else: the regions' Envoys drew the budget down, and RLS callers
     // in both regions find it spent as well.
     const after = (await rls('a', 'shared', 5)) + (await rls('b', 'shared', 5));
+    t.diagnostic(`RLS after them: ${after} of 10`);
     assert.ok(spent.a + spent.b + after <= LIMIT, `RLS after the Envoys: ${after}, ${JSON.stringify(spent)}`);
   });
 
-  test('RLS callers in one region and an RLQS Envoy in the other, same tenant: each gets units, together no more than the limit', async () => {
+  test('RLS callers in one region and an RLQS Envoy in the other, same tenant: each gets units, together no more than the limit', async (t) => {
     const bucket = { tenant: 'mixed' };
     const envoyA = spender('a', bucket);
     let admitted = 0;
@@ -115,6 +117,7 @@ describe('RLQS across regions', { timeout: 60_000 }, () => {
       admitted += inB;
       await sleep(150);
     }
+    t.diagnostic(`Envoy in a ${envoyA.spent}, RLS in b ${admitted}, of ${LIMIT}`);
     assert.ok(envoyA.spent > 0, `the Envoy is assigned units: ${envoyA.spent} (RLS admitted ${admitted})`);
     assert.ok(admitted > 0, `RLS admits some: ${admitted} (the Envoy spent ${envoyA.spent})`);
     assert.ok(envoyA.spent + admitted <= LIMIT, `together within the limit: Envoy ${envoyA.spent} + RLS ${admitted}`);
