@@ -53,6 +53,10 @@ export interface DecideOptions {
   // The call being decided: a store that queues work checks it before sending, and refuses a call
   // already cancelled with CancelledError (errors.ts) instead of asking Redis for it.
   caller?: { readonly cancelled: boolean };
+  // The demand the caller stands for, per check, instead of the checks' hits: an RLQS bucket's
+  // Envoys on this replica, whose requests Envoy decides itself (units per second, for `forMs`).
+  // Multi-region sizes the region's allowances by it (region/demand.ts); other stores ignore it.
+  demand?: { perS: number; forMs: number };
 }
 
 // A counter store. decide() evaluates all limits of one request atomically: no other decide()

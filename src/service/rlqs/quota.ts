@@ -62,6 +62,10 @@ interface Holding extends Hold {
 // Reports a stream may have waiting; more ends it (a client that writes faster than reports are
 // answered is not an Envoy).
 const MAX_PENDING_REPORTS = 64;
+// How long the store may take for a report's answer, ms. Off Envoy's request path, and Envoy asks
+// again only at its next report (5 s on): time for a round trip to a far store (multi-region: a
+// region that holds no allowance of the bucket yet leases one) rather than an empty assignment.
+const REPORT_DEADLINE_MS = 1000;
 
 // The RLQS server: Envoys report usage per bucket; each report is answered with an assignment per
 // bucket, a token bucket holding units reserved in the same counter RLS decides on (docs/rlqs.md).
@@ -337,7 +341,17 @@ export class QuotaStream {
     const plan = planRequest(config, descriptorRequest(h, hits), d.limiter);
     const check = plan.checks[0];
     if (check === undefined) throw new UnavailableError('bucket has no counter');
-    const decision = await d.store.decide([check], { countDeniedHits: force || d.limiter.countDeniedHits, domain: h.domain });
+    // The store learns the demand of the bucket's Envoys here, not these hits (multi-region leases
+    // the region's allowance for it).
+    let perS = h.rate;
+    for (const o of this.service.others(h, this.service.now())) perS += o.rate;
+    const demand = { perS, forMs: d.options.assignmentTtlMs };
+    const decision = await d.store.decide([check], {
+      countDeniedHits: force || d.limiter.countDeniedHits,
+      domain: h.domain,
+      demand,
+      deadlineAt: Date.now() + REPORT_DEADLINE_MS,
+    });
     // Only what the store itself decided can be given back to it (not a fallback's or a lease's).
     return { check, outcome: decision.outcomes[0], takenAtMs: decision.degraded === undefined ? decision.storeTimeMs : undefined };
   }

@@ -4,7 +4,8 @@ import type { RegionalStore } from './regional-store';
 
 // The top of a multi-region stack: every request's hits are the region's demand, whichever stage
 // answers it (a replica's lease, a remembered denial, the regional Redis), so lease sizes and the
-// region's share of the global budget follow what is asked, not what got through.
+// region's share of the global budget follow what is asked, not what got through. A caller that
+// decides for others (RLQS) declares their demand instead of its hits.
 export class DemandStage extends Stage {
   constructor(
     inner: Store,
@@ -14,7 +15,8 @@ export class DemandStage extends Stage {
   }
 
   override decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
-    this.region.note(checks);
+    if (options.demand === undefined) this.region.note(checks);
+    else this.region.declare(checks, options.demand);
     return this.inner.decide(checks, options);
   }
 

@@ -69,6 +69,9 @@ export class Refiller {
   private readonly inFlight = new Map<string, Promise<RefillResult>>();
   private readonly notBefore = new Map<string, number>();
   private readonly demand = new Map<string, Demand>();
+  // Demand callers declared (RLQS: requests its Envoys decide themselves): units per second, until
+  // a local time.
+  private readonly declared = new Map<string, { perS: number; until: number }>();
   private readonly sizes = new Map<string, number>();
   // Allowances this replica credited with a TTL lease, to take back before they expire.
   private readonly expiring = new Map<string, { spec: LimitSpec & { key: string }; expiresAt: number }>();
@@ -106,9 +109,25 @@ export class Refiller {
     d.count += check.hits;
   }
 
+  // Sets the demand a caller stands for on `key` (units per second, for `forMs`): counted beside
+  // the hits of the requests seen here.
+  declare(key: string, perS: number, forMs: number): void {
+    if (this.declared.size >= MAX_TRACKED && !this.declared.has(key)) this.declared.clear();
+    this.declared.set(key, { perS: Math.max(0, perS), until: this.o.clock.now() + forMs });
+  }
+
+  // What callers declared for the key and is still current, units per second.
+  declaredRate(key: string): number {
+    const d = this.declared.get(key);
+    if (d === undefined) return 0;
+    if (d.until > this.o.clock.now()) return d.perS;
+    this.declared.delete(key);
+    return 0;
+  }
+
   // The region's demand for the key, units per second: this replica's times the live replicas.
   regionRate(key: string): number {
-    return this.replicaRate(key) * Math.max(1, this.o.replicas());
+    return (this.replicaRate(key) + this.declaredRate(key)) * Math.max(1, this.o.replicas());
   }
 
   // This replica's demand for the key, units per second.

@@ -103,7 +103,10 @@ export class RegionalStore implements Store, SharedOps {
     let routes = checks.map((c) => this.route(c, options.domain));
     let d = await this.decideRouted(checks, routes, options);
     this.topUp(checks, routes, d.outcomes);
-    if (!d.admitted && (await this.repair(checks, routes, d.outcomes, options, { until, storeTimeMs: d.storeTimeMs }))) {
+    if (
+      (!d.admitted || checks.some((c, i) => this.readShort(c, d.outcomes[i]))) &&
+      (await this.repair(checks, routes, d.outcomes, options, { until, storeTimeMs: d.storeTimeMs }))
+    ) {
       routes = checks.map((c) => this.route(c, options.domain));
       d = await this.decideRouted(checks, routes, options);
     }
@@ -192,6 +195,23 @@ export class RegionalStore implements Store, SharedOps {
       this.refiller.note(c);
       this.refiller.ahead(c);
     }
+  }
+
+  // The demand a caller stands for on each check (RLQS: Envoys that decide their requests
+  // themselves and ask for units ahead of them), in place of its hits: the allowance is leased and
+  // topped up for it as for the requests it stands for, and a read of it (0 hits, what an RLQS
+  // assignment starts from) waits for units as a request would.
+  declare(checks: readonly LimitCheck[], demand: { perS: number; forMs: number }): void {
+    for (const c of checks) {
+      this.refiller.declare(c.key, demand.perS, demand.forMs);
+      if (demand.perS > 0) this.refiller.ahead({ ...c, hits: Math.max(1, c.hits) });
+    }
+  }
+
+  // A read (0 hits) for declared demand that finds no unit in the allowance: short, as a request
+  // for one unit would be.
+  private readShort(c: LimitCheck, o: AllowanceOutcome): boolean {
+    return c.hits <= 0 && (o.held ?? 0) < 1 && this.refiller.declaredRate(c.key) > 0;
   }
 
   // Has this replica seen requests for `check` lately?
@@ -320,7 +340,7 @@ export class RegionalStore implements Store, SharedOps {
     if (!this.link.reachable) return;
     checks.forEach((c, i) => {
       const held = outcomes[i].held;
-      if (routes[i] !== 'pool' || c.hits <= 0 || held === undefined) return;
+      if (routes[i] !== 'pool' || (c.hits <= 0 && this.refiller.declaredRate(c.key) <= 0) || held === undefined) return;
       this.remember(c.key, held);
       if (held < this.refiller.size(c) * LOW_WATER) void this.refiller.refill(c, held);
     });
@@ -349,7 +369,9 @@ export class RegionalStore implements Store, SharedOps {
     options: DecideOptions,
     { until, storeTimeMs }: { until: number; storeTimeMs: number | undefined },
   ): Promise<boolean> {
-    const short = checks.map((_, i) => i).filter((i) => routes[i] === 'pool' && checks[i].hits > 0 && !outcomes[i].allowed);
+    const short = checks
+      .map((_, i) => i)
+      .filter((i) => routes[i] === 'pool' && ((checks[i].hits > 0 && !outcomes[i].allowed) || this.readShort(checks[i], outcomes[i])));
     if (short.length === 0) return false;
     // Units of the next window, leased ahead, about to begin here (for every limit short of
     // units): worth a wait, with no call.

@@ -108,8 +108,10 @@ export class LeaseStage extends Stage {
 
   // Not an async function: a request no lease serves goes on with no promise of this stage's own.
   override decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
-    // Upstream counting wants every hit in Redis.
-    if (options.countDeniedHits) return this.inner.decide(checks, options);
+    // Upstream counting wants every hit in Redis. A caller that declares the demand it stands for
+    // (RLQS) takes units for others, sized by that demand: from the shared store, not from this
+    // replica's leases, which are sized by the requests seen here.
+    if (options.countDeniedHits || options.demand !== undefined) return this.inner.decide(checks, options);
     // Each check's lease size, once (it counts the key's rate). Most requests have no check a
     // lease can serve: they go on at once, without a reservation (a promise) per check.
     const sizes = checks.map((c) => this.leaseSize(c));
