@@ -11,6 +11,11 @@ export interface AbuseLimits {
   // `perSecond` (nghttp2 allows 1000 resets, then 33 a second).
   burst: number;
   perSecond: number;
+  // A call reset this long or more after its HEADERS were read is not counted: a client giving
+  // up on an answer that is slow to come (Envoy's RLS timeout is 20 ms by default) is not Rapid
+  // Reset, whose resets come at once, and a reset that late frees nothing the peer could not
+  // hold anyway within the streams it may have open.
+  lateResetMs: number;
   // CONTINUATION frames in one header block (a block is at most MAX_HEADER_BLOCK_BYTES; a client
   // splits it at its frame size, 16 KiB or more).
   continuations: number;
@@ -34,6 +39,7 @@ export interface AbuseLimits {
 export const DEFAULT_LIMITS: AbuseLimits = {
   burst: 1000,
   perSecond: 100,
+  lateResetMs: 10,
   continuations: 128,
   queuedControlFrames: 1000,
   pauseReadingBytes: 256 * 1024,

@@ -51,6 +51,8 @@ export class WireStream {
   endsNow = false;
   // Waiting in the connection's queue for connection window.
   waitingForConnection = false;
+  // When its HEADERS were read (performance.now()).
+  openedAt = 0;
   private localEnded = false;
   // Credit: what the client may still send, what it sent that the reader still holds, and what
   // the reader released since the last WINDOW_UPDATE. Without holdCredit(), bytes are released as

@@ -206,6 +206,8 @@ export class WireConnection implements StreamOwner {
   // A dynamic table size update owed to the client's decoder, and whether it was sent.
   private tableSizeSignal = false;
   private tableSizeSignalled = false;
+  // When the bytes being handled were read (performance.now()): when streams opened, for resets.
+  private readAt = 0;
 
   constructor(
     readonly socket: net.Socket,
@@ -254,6 +256,7 @@ export class WireConnection implements StreamOwner {
   }
 
   private receive(chunk: Buffer): void {
+    this.readAt = performance.now();
     if (this.closed || this.abusive) return;
     const buf = this.input === undefined ? chunk : Buffer.concat([this.input, chunk]);
     this.input = undefined;
@@ -332,9 +335,13 @@ export class WireConnection implements StreamOwner {
         if (id === 0 || id > this.lastStreamId) throw new ConnectionError(PROTOCOL_ERROR, 'RST_STREAM on an idle stream');
         const stream = this.streams.get(id);
         if (stream === undefined) return;
-        // A call reset before we answered it (Rapid Reset when it is most of what a peer sends).
+        // A call reset before we answered it: Rapid Reset when it comes at once and is most of
+        // what a peer sends. A late one is a client giving up on a slow answer (Envoy at its
+        // timeout when this process is starved of CPU): not counted, or an overloaded replica
+        // would close its busiest Envoy's connection.
+        const rapid = this.readAt - stream.openedAt < this.shared.limits.lateResetMs;
         stream.peerReset();
-        this.spend('calls reset');
+        if (rapid) this.spend('calls reset');
         this.closeIfIdle();
         return;
       }
@@ -473,6 +480,7 @@ export class WireConnection implements StreamOwner {
     const length = headers === undefined ? undefined : contentLength(headers);
     if (length === undefined) return this.resetStream(id, PROTOCOL_ERROR);
     const stream = new WireStream(this, id, this.peerWindow, this.shared.window);
+    stream.openedAt = this.readAt;
     this.streams.set(id, stream);
     this.streamsOpened++;
     this.streamOpened = true;

@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import http2 from 'node:http2';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { encodeHeaders, HpackDecoder, HpackError } from '../../../src/server/h2grpc/hpack';
 import { contentLength } from '../../../src/server/h2grpc/request-headers';
 import { WireStream } from '../../../src/server/h2grpc/wire';
@@ -566,6 +567,33 @@ describe("sluice's HTTP/2: what a peer can make a connection cost", () => {
       }
     });
   }
+
+  test('resets of calls that waited 10 ms or more are not counted (a client at its timeout); resets at once are', async () => {
+    // Requests that never end: each call waits until the client resets it.
+    const server = await echoServer({ limits: { burst: 20, perSecond: 0 } });
+    try {
+      const late = await raw(server.port);
+      // The PING's answer shows the HEADERS before it were read before the wait.
+      late.send(PREFACE, SETTINGS_FRAME, ...streamIds(40).map((id) => headersFrame(id, GOOD, false)), frame(6, 0, 0, Buffer.alloc(8)));
+      await late.next(6);
+      await sleep(30);
+      late.send(...streamIds(40).map((id) => rstStream(id)));
+      late.send(headersFrame(81, GOOD));
+      await late.next(1, 81);
+      assert.equal(
+        late.frames.some((f) => f.type === GOAWAY),
+        false,
+        '40 late resets, twice the budget: no GOAWAY',
+      );
+      late.close();
+      const rapid = await raw(server.port);
+      rapid.send(PREFACE, SETTINGS_FRAME, ...streamIds(40).flatMap((id) => [headersFrame(id, GOOD, false), rstStream(id)]));
+      assert.equal(goawayCode(await rapid.next(GOAWAY)), 0xb);
+      rapid.close();
+    } finally {
+      await server.stop();
+    }
+  });
 
   test('within its budget, the same frames are served: 19 resets, then a call answered', async () => {
     const server = await echoServer({ limits: { burst: 20, perSecond: 0 } });
