@@ -14,7 +14,7 @@ import {
   rapidReset,
   stalledHandshake,
 } from '../test/support/h2-attacks';
-import { type ServerProcess, spawnServer } from '../test/support/process';
+import { type ServerProcess, spawnShipped } from '../test/support/process';
 import { type Outcome, underAttack } from '../test/support/under-attack';
 import { PREFACE } from '../src/server/h2grpc/wire';
 import { percentile } from './fleet';
@@ -89,7 +89,7 @@ async function runClass(dir: string, c: AttackClass, impl: Impl): Promise<Attack
   const env = { GRPC_HANDSHAKE_TIMEOUT: `${TIMEOUT_MS}ms`, GRPC_MAX_CONNECTION_IDLE: `${TIMEOUT_MS}ms` };
   let server: ServerProcess | undefined;
   try {
-    server = await spawnServer(['--config', dir, '--grpc-server-impl', impl], env);
+    server = await spawnShipped(['--config', dir, '--grpc-server-impl', impl], env);
     const s = server;
     const outcome = await underAttack({ pid: s.child.pid!, grpcPort: s.grpcPort, httpPort: s.httpPort }, () => c.run(s.grpcPort));
     const crashed = s.child.exitCode !== null || s.child.signalCode !== null ? `exited (${s.child.exitCode ?? s.child.signalCode})` : undefined;

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { type RedisNode, startRedis } from '../test/support/redis';
-import { spawnServer } from '../test/support/process';
+import { spawnShipped } from '../test/support/process';
 import { processCpuSeconds } from './cpu';
 import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, waitReady } from './fleet';
 import {
@@ -139,7 +139,7 @@ function treeRssKiB(pid: number): number {
 }
 
 async function startSluice(root: string, redisPort: number, pinned: boolean): Promise<Running> {
-  const server = await spawnServer([
+  const server = await spawnShipped([
     ...['--config', path.join(root, 'bench', 'config'), '--store', 'redis', '--redis-url', `127.0.0.1:${redisPort}`],
     // Every answer from Redis: the caller's 1 s is the only deadline.
     ...['--store-deadline', '1s', '--workers', pinned ? '1' : 'auto'],

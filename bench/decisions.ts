@@ -5,7 +5,7 @@ import { decideArgs, windowBase } from '../src/store/redis';
 import type { LimitCheck } from '../src/store/store';
 import { loadScripts } from '../src/store/redis/scripts';
 import { type RedisNode, startRedis } from '../test/support/redis';
-import { spawnServer, type ServerProcess } from '../test/support/process';
+import { spawnShipped, type ServerProcess } from '../test/support/process';
 import { processCpuSeconds, redisCpuSeconds } from './cpu';
 import { FLEET_ALGORITHMS, fleetConfigDir, H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, runKeysLoad } from './fleet';
 import { startEmpty } from './peer';
@@ -192,8 +192,8 @@ export async function decisionsBench(requests: number, keyRequests = Math.round(
   const targets: Target_[] = [];
   try {
     targets.push(await emptyHandler());
-    targets.push(fromServer('memory store', await spawnServer(['--config', config, '--log-level', 'info'])));
-    const redisServer = await spawnServer([
+    targets.push(fromServer('memory store', await spawnShipped(['--config', config, '--log-level', 'info'])));
+    const redisServer = await spawnShipped([
       '--config',
       config,
       '--log-level',

@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { envoyBinary, type HostPort, type RunningEnvoy, startEnvoy } from '../test/support/envoy';
-import { REPO, type ServerProcess, spawnServer } from '../test/support/process';
+import { REPO, type ServerProcess, spawnShipped } from '../test/support/process';
 import { type RedisNode, startRedis } from '../test/support/redis';
 import { awayFromWindowEdge } from '../test/support/time';
 import { type Answer, EnvoyClient, startCpuBurner } from './envoy-load';
@@ -75,10 +75,10 @@ function treeCpuSeconds(pids: readonly number[]): number {
 async function startSluice(root: string, redis: RedisNode, workers: string): Promise<Backend> {
   const args = ['--config', path.join(root, 'bench', 'config'), '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--workers', workers];
   // One after the other: started together, on a busy 2-core machine, each of their worker
-  // processes could miss spawnServer's time to say it listens.
+  // processes could miss spawnShipped's time to say it listens.
   const replicas: ServerProcess[] = [];
   try {
-    for (let i = 0; i < REPLICAS; i++) replicas.push(await spawnServer(args));
+    for (let i = 0; i < REPLICAS; i++) replicas.push(await spawnShipped(args));
     await Promise.all(replicas.map((r) => waitReady(r)));
   } catch (err) {
     await Promise.all(replicas.map((r) => r.stop()));

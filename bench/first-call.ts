@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { callBytes, callOnNewConnection } from '../src/server/warm-up';
-import { spawnServer } from '../test/support/process';
+import { spawnShipped } from '../test/support/process';
 import { type RedisNode, startRedis, stopAll } from '../test/support/redis';
 import { percentile, waitReady } from './fleet';
 import { goAvailable, peerRequest, type Running, startUpstream, UPSTREAM_MISSING, upstreamBinary, writeConfig } from './peer';
@@ -35,7 +35,7 @@ interface Target {
 }
 
 async function startSluice(root: string, redis: RedisNode, workers: number): Promise<Running> {
-  const server = await spawnServer([
+  const server = await spawnShipped([
     '--config',
     path.join(root, 'bench', 'config'),
     '--store',

@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
-import { type ServerProcess, spawnServer } from '../test/support/process';
+import { type ServerProcess, spawnShipped } from '../test/support/process';
 import { startRedis } from '../test/support/redis';
 
 // A fleet of real `sluice serve` replicas on one Redis, each driven by its own h2load process at
@@ -204,7 +204,7 @@ export async function runFleet(opts: FleetOptions): Promise<ReplicaFigures[]> {
     const dir = fleetConfigDir();
     servers.push(
       ...(await Promise.all(
-        Array.from({ length: opts.replicas }, () => spawnServer(['--config', dir, '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`])),
+        Array.from({ length: opts.replicas }, () => spawnShipped(['--config', dir, '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`])),
       )),
     );
     await Promise.all(servers.map((s) => waitReady(s)));

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
 import { freePort, type RedisNode, startRedis } from '../test/support/redis';
-import { MAIN, REPO, type ServerProcess, spawnServer } from '../test/support/process';
+import { MAIN, REPO, type ServerProcess, spawnShipped } from '../test/support/process';
 import { processCpuSeconds } from './cpu';
 import { type ConnectionsRow, CONNECTION_PROCESSES, measureConnections } from './connections';
 import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, waitReady } from './fleet';
@@ -58,7 +58,7 @@ async function startServer(impl: Impl, leases: boolean, o: { root: string; redis
   const name = `${impl}, leases ${leases ? 'on' : 'off'}`;
   const server =
     o.profileDir === undefined
-      ? serving(await spawnServer(args))
+      ? serving(await spawnShipped(args))
       : await spawnProfiled(args, path.join(o.profileDir, `${impl}-leases-${leases ? 'on' : 'off'}.cpuprofile`));
   if (o.pinned) pin(server.pid, '1');
   await waitReady({ httpPort: server.httpPort, grpcPort: server.grpcPort } as ServerProcess);

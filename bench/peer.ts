@@ -6,7 +6,7 @@ import readline from 'node:readline';
 import { Redis } from 'ioredis';
 import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
 import { freePort, type RedisNode, startRedis } from '../test/support/redis';
-import { spawnServer, type ServerProcess } from '../test/support/process';
+import { spawnShipped, type ServerProcess } from '../test/support/process';
 import { horizontalBars } from './chart';
 import { scriptFloor } from './script-floor';
 import { processCpuSeconds, redisCpuSeconds } from './cpu';
@@ -221,7 +221,7 @@ export async function startUpstream(
 }
 
 async function startSluice(name: PeerServer, root: string, redisPort: number, pinned: boolean, leases: boolean): Promise<Running> {
-  const server: ServerProcess = await spawnServer([
+  const server: ServerProcess = await spawnShipped([
     // One process, so that pinning it pins all of sluice (WORKERS=auto would start a worker per core).
     ...['--config', path.join(root, 'bench', 'config'), '--log-level', 'info', '--store', 'redis', '--redis-url', `127.0.0.1:${redisPort}`, '--workers', '1'],
     ...(leases ? [] : ['--lease-auto-threshold', '0']),

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import type { RateLimitRequest } from '../src/gen/envoy/service/ratelimit/v3/rls';
-import { spawnServer, type ServerProcess } from '../test/support/process';
+import { spawnShipped, type ServerProcess } from '../test/support/process';
 import { processCpuSeconds } from './cpu';
 import { fleetConfigDir, H2LOAD_MISSING, h2loadAvailable, runH2load } from './fleet';
 
@@ -58,9 +58,9 @@ export async function tracingBench(requests: number): Promise<TracingBench | str
   const config = fleetConfigDir();
   const servers: ServerProcess[] = [];
   try {
-    const off = await spawnServer(['--config', config, '--log-level', 'info']);
+    const off = await spawnShipped(['--config', config, '--log-level', 'info']);
     servers.push(off);
-    const on = await spawnServer(['--config', config, '--log-level', 'info'], { TRACING_ENABLED: 'true', OTEL_EXPORTER_OTLP_ENDPOINT: sink.endpoint });
+    const on = await spawnShipped(['--config', config, '--log-level', 'info'], { TRACING_ENABLED: 'true', OTEL_EXPORTER_OTLP_ENDPOINT: sink.endpoint });
     servers.push(on);
     const warmUp = Math.min(20_000, requests);
     for (const s of [off, on]) await runH2load({ port: s.grpcPort, request: REQUEST, requests: warmUp });

@@ -23,10 +23,23 @@ import { Metrics } from '../telemetry/metrics';
 
 export const SHOULD_RATE_LIMIT = '/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit';
 
-// Calls on new connections, `STREAMS` on each (the second reuses the HPACK table).
-const WARM_UP_CONNECTIONS = 16;
-const STREAMS = 2;
+// WARM_UP_CALLS calls go over at least MIN_CONNECTIONS new connections (a connection's opening and
+// its first call are paths of their own), at most MAX_STREAMS at once on each (later calls on a
+// connection reuse its HPACK table, as Envoy's do). V8 optimises a function only after it has run
+// often: 32 calls compiled the path but left it in baseline code, and a replica then spent its
+// first seconds of Envoy traffic at 2-3 times its warm cost per call (docs/performance.md, "Envoy
+// in front"); 2048 calls (about 0.3 s of start-up) took that away.
+const MIN_CONNECTIONS = 16;
+const MAX_STREAMS = 32;
 const CALL_TIMEOUT_MS = 2000;
+
+// How `calls` calls are spread: connections, and calls on each (their product is at least `calls`,
+// and less than `calls` + connections).
+export function warmUpPlan(calls: number): { connections: number; streams: number } {
+  if (calls <= 0) return { connections: 0, streams: 0 };
+  const connections = Math.min(calls, Math.max(MIN_CONNECTIONS, Math.ceil(calls / MAX_STREAMS)));
+  return { connections, streams: Math.ceil(calls / connections) };
+}
 
 // A request that a rule of the config matches (the first domain's first rule, following the
 // first branch at each level), so config match, keys and limiter run; a made-up one without config.
@@ -99,22 +112,30 @@ export function callOnNewConnection(port: number, bytes: Buffer, streams = 1, ti
   });
 }
 
-// Binds `scratch` on a loopback port of its own, answers WARM_UP_CONNECTIONS connections' calls
-// and closes it. Resolves with the number of calls answered; a failure only means a colder start.
-export async function warmUp(scratch: GrpcListener, request: RateLimitRequest, logger: Logger): Promise<number> {
+// Binds `scratch` on a loopback port of its own, answers about `calls` calls on new connections one
+// after another (warmUpPlan) and closes it. Resolves with the calls answered and the connections
+// opened; a failure only means a colder start.
+export async function warmUp(
+  scratch: GrpcListener,
+  request: RateLimitRequest,
+  logger: Logger,
+  calls: number,
+): Promise<{ answered: number; connections: number }> {
+  const { connections, streams } = warmUpPlan(calls);
   const port = await scratch.bind('127.0.0.1', 0, undefined, { exclusive: true });
-  const bytes = callBytes(request, `127.0.0.1:${port}`, '1S', STREAMS);
+  const bytes = callBytes(request, `127.0.0.1:${port}`, '1S', streams);
   let answered = 0;
+  let opened = 0;
   try {
-    for (let i = 0; i < WARM_UP_CONNECTIONS; i++) {
-      await callOnNewConnection(port, bytes, STREAMS);
-      answered += STREAMS;
+    for (; opened < connections; opened++) {
+      await callOnNewConnection(port, bytes, streams);
+      answered += streams;
     }
   } catch {
-    // counted: fewer answered
+    opened++; // counted: fewer answered
   }
   await scratch.drain(CALL_TIMEOUT_MS, logger);
-  return answered;
+  return { answered, connections: opened };
 }
 
 export interface WarmUpDeps {
@@ -127,9 +148,9 @@ export interface WarmUpDeps {
 
 // The warm-up of app.start(): the service's code with a store, metrics and log of its own, on the
 // gRPC server the settings choose. grpc-js is left cold (its listener cannot bind exclusively in a
-// worker of WORKERS > 1).
+// worker of WORKERS > 1), and so is every server with WARM_UP_CALLS=0.
 export async function warmUpGrpc(deps: WarmUpDeps): Promise<void> {
-  if (deps.settings.grpcServerImpl === 'grpc-js') return;
+  if (deps.settings.grpcServerImpl === 'grpc-js' || deps.settings.warmUpCalls <= 0) return;
   const started = performance.now();
   const quiet = createLogger('silent');
   const metrics = new Metrics();
@@ -141,10 +162,10 @@ export async function warmUpGrpc(deps: WarmUpDeps): Promise<void> {
     logger: quiet,
   });
   const scratch = createGrpcListener(deps.settings.grpcServerImpl, { service, health: deps.health, metrics, logger: quiet, connection: deps.connection });
-  const calls = await warmUp(scratch, warmUpRequest(deps.config.config), quiet);
+  const { answered, connections } = await warmUp(scratch, warmUpRequest(deps.config.config), quiet, deps.settings.warmUpCalls);
   const ms = Math.round(performance.now() - started);
   deps.logger.info(
-    { event: 'warm_up', calls, connections: WARM_UP_CONNECTIONS, ms },
-    `gRPC path warmed up: ${calls} calls on ${WARM_UP_CONNECTIONS} loopback connections in ${ms} ms`,
+    { event: 'warm_up', calls: answered, connections, ms },
+    `gRPC path warmed up: ${answered} calls on ${connections} loopback connections in ${ms} ms`,
   );
 }

@@ -3,6 +3,7 @@ import { createApp, type App, type AppOptions } from '../../src/app';
 import { type RateLimitRequest, type RateLimitResponse, RateLimitServiceClient } from '../../src/gen/envoy/service/ratelimit/v3/rls';
 import { createLogger } from '../../src/logger';
 import { defaultSettings, type Settings } from '../../src/settings';
+import { TEST_WARM_UP_CALLS } from './process';
 
 export interface Running {
   app: App;
@@ -31,6 +32,7 @@ export async function startApp(overrides: Partial<Settings>, options: AppOptions
     configWatch: false,
     logLevel: 'silent',
     grpcServerImpl: GRPC_SERVER_IMPL,
+    warmUpCalls: TEST_WARM_UP_CALLS,
     ...overrides,
   });
   const app = createApp(settings, { logger: createLogger(settings.logLevel), ...options });

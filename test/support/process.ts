@@ -16,6 +16,11 @@ export interface ServerProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
+// The warm-up calls of a test's service: the default's 2048 take about 0.3 s of each of the suite's
+// hundreds of starts; 32 still runs the whole path once. test/system/first-call.test.ts and the
+// the bench (spawnShipped) get the default.
+export const TEST_WARM_UP_CALLS = 32;
+
 // Runs the real CLI (`node dist/src/main.js serve ...`) and waits for its "listening" log line,
 // which carries the ports it bound.
 // `nodeArgs`: flags for node itself (V8's among them), before the script.
@@ -26,7 +31,7 @@ export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}, n
     {
       cwd: REPO,
       // SLUICE_GRPC_SERVER_IMPL=http2 or grpc-js runs the gRPC tests against that server.
-      env: { PATH: process.env.PATH, GRPC_SERVER_IMPL: process.env.SLUICE_GRPC_SERVER_IMPL, ...env },
+      env: { PATH: process.env.PATH, GRPC_SERVER_IMPL: process.env.SLUICE_GRPC_SERVER_IMPL, WARM_UP_CALLS: String(TEST_WARM_UP_CALLS), ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
     },
   );
@@ -82,6 +87,11 @@ export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}, n
 }
 
 // Several servers at once; when one fails to start, those that did are stopped before the error.
+// The service as shipped, with its default warm-up (the bench's servers).
+export function spawnShipped(args: string[], env: NodeJS.ProcessEnv = {}, nodeArgs: string[] = []): Promise<ServerProcess> {
+  return spawnServer(args, { WARM_UP_CALLS: undefined, ...env }, nodeArgs);
+}
+
 export async function spawnServers(starts: (() => Promise<ServerProcess>)[]): Promise<ServerProcess[]> {
   const settled = await Promise.allSettled(starts.map((start) => start()));
   const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');

@@ -3,7 +3,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
-import { callBytes, callOnNewConnection } from '../../src/server/warm-up';
+import { callBytes, callOnNewConnection, warmUpPlan } from '../../src/server/warm-up';
+import { defaultSettings } from '../../src/settings';
 import { parseExposition, value } from '../support/exposition';
 import { spawnServer } from '../support/process';
 import { closing } from '../support/app';
@@ -11,7 +12,9 @@ import { closing } from '../support/app';
 // The first ShouldRateLimit a process answers must not be the first run of the code that answers
 // it: V8 compiles a function lazily on its first call, and the whole path compiled at once took
 // 50-100 ms, past Envoy's 20 ms default. Counted with V8's own log of first executions
-// (--log-function-events), not timed.
+// (--log-function-events), not timed. These tests start the service with its default warm-up, not
+// the suite's shorter one.
+const DEFAULT_WARM_UP = { WARM_UP_CALLS: undefined };
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-first-call-'));
 after(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -47,7 +50,7 @@ function firstRunsWhileServing(log: string): string[] {
 
 test('the first call on a new connection runs no function of the request path for the first time', async () => {
   const log = path.join(dir, 'v8.log');
-  const server = await spawnServer(['--config', path.join(dir, 'config'), '--workers', '1'], {}, [
+  const server = await spawnServer(['--config', path.join(dir, 'config'), '--workers', '1'], DEFAULT_WARM_UP, [
     '--log-function-events',
     `--logfile=${log}`,
     '--no-logfile-per-isolate',
@@ -62,11 +65,13 @@ test('the first call on a new connection runs no function of the request path fo
 });
 
 test('the warm-up answers its calls before the port is bound, on a store and metrics of its own', async () => {
-  const server = await spawnServer(['--config', path.join(dir, 'config'), '--workers', '1']);
+  const server = await spawnServer(['--config', path.join(dir, 'config'), '--workers', '1'], DEFAULT_WARM_UP);
   try {
     const warm = server.logs.findIndex((l) => l.event === 'warm_up');
     assert.ok(warm >= 0 && warm < server.logs.findIndex((l) => l.event === 'listening'), 'a warm_up line before "listening"');
-    assert.equal(server.logs[warm].calls, 32, 'every warm-up call answered');
+    assert.equal(defaultSettings().warmUpCalls, 2048);
+    assert.equal(server.logs[warm].calls, 2048, 'every warm-up call answered');
+    assert.equal(server.logs[warm].connections, 64, '32 calls at once on each connection');
     const requests = async () =>
       value(parseExposition(await (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`, closing())).text()), 'sluice_requests_total');
     assert.equal(await requests(), 0);
@@ -78,6 +83,39 @@ test('the warm-up answers its calls before the port is bound, on a store and met
     assert.equal(over, 'OVER_LIMIT');
   } finally {
     await server.stop();
+  }
+});
+
+test('WARM_UP_CALLS=0 starts without a warm-up; a small number still opens a connection per call', async () => {
+  const cold = await spawnServer(['--config', path.join(dir, 'config'), '--workers', '1'], { WARM_UP_CALLS: '0' });
+  try {
+    assert.equal(
+      cold.logs.findIndex((l) => l.event === 'warm_up'),
+      -1,
+    );
+    assert.equal(await rawDecision(cold.httpPort), 'OK');
+  } finally {
+    await cold.stop();
+  }
+  const few = await spawnServer(['--config', path.join(dir, 'config'), '--workers', '1'], { WARM_UP_CALLS: '5' });
+  try {
+    const warm = few.logs.find((l) => l.event === 'warm_up');
+    assert.deepEqual([warm?.calls, warm?.connections], [5, 5]);
+  } finally {
+    await few.stop();
+  }
+});
+
+test('warmUpPlan: at least 16 connections, at most 32 calls at once on each, at least the calls asked, fewer than one more per connection', () => {
+  assert.deepEqual(warmUpPlan(0), { connections: 0, streams: 0 });
+  assert.deepEqual(warmUpPlan(1), { connections: 1, streams: 1 });
+  assert.deepEqual(warmUpPlan(16), { connections: 16, streams: 1 });
+  assert.deepEqual(warmUpPlan(32), { connections: 16, streams: 2 });
+  assert.deepEqual(warmUpPlan(2048), { connections: 64, streams: 32 });
+  assert.deepEqual(warmUpPlan(2049), { connections: 65, streams: 32 });
+  for (const calls of [3, 17, 100, 513, 5000]) {
+    const { connections, streams } = warmUpPlan(calls);
+    assert.ok(connections * streams >= calls && connections * streams < calls + connections && streams <= 32, `${calls}: ${connections}×${streams}`);
   }
 });
 
