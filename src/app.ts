@@ -211,7 +211,10 @@ export function createApp(settings: Settings, options: AppOptions = {}): App {
       grpcServer = createGrpcListener(settings.grpcServerImpl, { service, quota, health, metrics, logger, tracer, connection });
       tls = serverTls(settings, logger);
       await tls?.ready;
-      await warmUpGrpc({ settings, config, health, connection, logger });
+      // The warm-up's own Redis store: its own connections, its keys under the warm-up's prefix.
+      const warmUpStore =
+        settings.store === 'redis' && options.store === undefined ? (own: Settings) => createStore(own, new Metrics(), createLogger('silent')) : undefined;
+      await warmUpGrpc({ settings, config, health, connection, logger, store: warmUpStore });
       const grpcPort = await listenAs(listenTarget(settings, 'grpcHost', 'grpcPort'), grpcServer.bind(settings.grpcHost, settings.grpcPort, tls));
       // With gRPC TLS the main listener (POST /json) is HTTPS with the same certificate and client
       // CA, unless HTTP_PLAINTEXT; the admin listener (localhost by default) stays plaintext.

@@ -1,5 +1,6 @@
+import http2 from 'node:http2';
 import net from 'node:net';
-import type { CompiledConfig, DescriptorNode } from '../config/types';
+import type { CompiledConfig, DescriptorNode, RateLimitRule } from '../config/types';
 import { RateLimitRequest } from '../gen/envoy/service/ratelimit/v3/rls';
 import { encodeHeaders } from './h2grpc/hpack';
 import { DATA, encodeFrame, END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS } from './h2grpc/frames';
@@ -8,6 +9,7 @@ import { createLogger, type Logger } from '../logger';
 import { RateLimitService } from '../service/ratelimit';
 import type { Settings } from '../settings';
 import { MemoryStore } from '../store/memory';
+import type { DecideOptions, Decision, LimitCheck, Store } from '../store/store';
 import type { GrpcConnectionLimits } from './grpc';
 import type { HealthState } from './health';
 import { createGrpcListener, type GrpcListener } from './h2grpc/listener';
@@ -32,6 +34,10 @@ export const SHOULD_RATE_LIMIT = '/envoy.service.ratelimit.v3.RateLimitService/S
 const MIN_CONNECTIONS = 16;
 const MAX_STREAMS = 32;
 const CALL_TIMEOUT_MS = 2000;
+// No new warm-up connection after this long (a Redis that turns slow makes each call wait for the
+// store's deadline), nor a longer wait for the warm-up's own store to be able to decide.
+const BUDGET_MS = 2000;
+const STORE_READY_MS = 300;
 
 // How `calls` calls are spread: connections, and calls on each (their product is at least `calls`,
 // and less than `calls` + connections).
@@ -41,24 +47,35 @@ export function warmUpPlan(calls: number): { connections: number; streams: numbe
   return { connections, streams: Math.ceil(calls / connections) };
 }
 
-// A request that a rule of the config matches (the first domain's first rule, following the
-// first branch at each level), so config match, keys and limiter run; a made-up one without config.
+// A request that a rule of the config matches, so config match, keys, limiter and store run: the
+// first limited rule found depth-first (an unlimited rule never reaches the store), else the first
+// rule; a made-up request without config.
 export function warmUpRequest(config: CompiledConfig | undefined): RateLimitRequest {
   const first = config?.domains.entries().next().value as [string, DescriptorNode] | undefined;
-  const entries: { key: string; value: string }[] = [];
-  let node = first?.[1];
-  while (node !== undefined && node.rule === undefined) {
-    const next = node.children.entries().next().value;
-    if (next === undefined) break;
-    const [key, branch] = next;
-    const byValue = branch.values.entries().next().value;
-    if (byValue !== undefined) [entries[entries.length], node] = [{ key, value: byValue[0] }, byValue[1]];
-    else if (branch.wildcards.length > 0)
-      [entries[entries.length], node] = [{ key, value: branch.wildcards[0].pattern.replaceAll('*', 'w') }, branch.wildcards[0].node];
-    else [entries[entries.length], node] = [{ key, value: 'warm-up' }, branch.defaultNode];
-  }
-  if (entries.length === 0) entries.push({ key: 'warm-up', value: 'warm-up' });
+  const path = first === undefined ? undefined : (pathTo(first[1], (r) => !r.unlimited) ?? pathTo(first[1], () => true));
+  const entries = path === undefined || path.length === 0 ? [{ key: 'warm-up', value: 'warm-up' }] : path;
   return { domain: first?.[0] ?? 'sluice-warm-up', descriptors: [{ entries, hitsAddend: undefined, limit: undefined }], hitsAddend: 0 };
+}
+
+type Entry = { key: string; value: string };
+
+// The entries leading from `node` to the first rule that `wanted` accepts (values, then wildcards,
+// then the default branch at each level), or undefined.
+function pathTo(node: DescriptorNode, wanted: (rule: RateLimitRule) => boolean, depth = 0): Entry[] | undefined {
+  if (node.rule !== undefined) return wanted(node.rule) ? [] : undefined;
+  if (depth > 16) return undefined;
+  for (const [key, branch] of node.children) {
+    const options: [string, DescriptorNode | undefined][] = [
+      ...branch.values.entries(),
+      ...branch.wildcards.map((w): [string, DescriptorNode] => [w.pattern.replaceAll('*', 'w'), w.node]),
+      ['warm-up', branch.defaultNode],
+    ];
+    for (const [value, next] of options) {
+      const rest = next === undefined ? undefined : pathTo(next, wanted, depth + 1);
+      if (rest !== undefined) return [{ key, value }, ...rest];
+    }
+  }
+  return undefined;
 }
 
 // One connection's opening as Envoy writes it: the preface, SETTINGS and `streams` unary calls in
@@ -112,27 +129,79 @@ export function callOnNewConnection(port: number, bytes: Buffer, streams = 1, ti
   });
 }
 
+// Of `calls`, those made through node:http2's client on one connection (nghttp2Calls): an eighth,
+// at most 256; none below 64.
+export function nghttp2Share(calls: number): number {
+  return calls < 64 ? 0 : Math.min(256, Math.floor(calls / 8));
+}
+
+// `calls` calls, MAX_STREAMS at a time, on one connection of node:http2's client. nghttp2, the
+// library Envoy's HTTP/2 codec was built on and sends like, Huffman-codes strings, adds headers to
+// the dynamic table (a request id each time, so that the table fills and evicts) and returns flow
+// control credit with WINDOW_UPDATE: parts of the HPACK decoder and of the connection that
+// callBytes' plain blocks never reach. Resolves with the calls answered.
+export async function nghttp2Calls(port: number, request: RateLimitRequest, calls: number, timeoutMs = CALL_TIMEOUT_MS): Promise<number> {
+  const message = RateLimitRequest.encode(request).finish();
+  const body = Buffer.alloc(5 + message.length);
+  body.writeUInt32BE(message.length, 1);
+  body.set(message, 5);
+  const session = http2.connect(`http://127.0.0.1:${port}`);
+  session.on('error', () => undefined);
+  const timer = setTimeout(() => session.destroy(), timeoutMs);
+  let answered = 0;
+  const call = (i: number) =>
+    new Promise<void>((resolve) => {
+      const stream = session.request({
+        ':method': 'POST',
+        ':path': SHOULD_RATE_LIMIT,
+        'content-type': 'application/grpc',
+        te: 'trailers',
+        'grpc-timeout': '1S',
+        'x-request-id': `sluice-warm-up-${i}-${Math.random().toString(36).slice(2)}`,
+      });
+      stream.on('trailers', () => answered++);
+      stream.on('error', () => undefined);
+      stream.on('close', () => resolve());
+      stream.resume();
+      stream.end(body);
+    });
+  try {
+    for (let next = 0; next < calls && !session.destroyed; next += MAX_STREAMS)
+      await Promise.all(Array.from({ length: Math.min(MAX_STREAMS, calls - next) }, (_, j) => call(next + j)));
+  } finally {
+    clearTimeout(timer);
+    session.destroy();
+  }
+  return answered;
+}
+
 // Binds `scratch` on a loopback port of its own, answers about `calls` calls on new connections one
-// after another (warmUpPlan) and closes it. Resolves with the calls answered and the connections
-// opened; a failure only means a colder start.
+// after another (warmUpPlan; nghttp2Share of them through node:http2's client) and closes it.
+// Resolves with the calls answered and the connections opened; a failure only means a colder start.
 export async function warmUp(
   scratch: GrpcListener,
   request: RateLimitRequest,
   logger: Logger,
   calls: number,
 ): Promise<{ answered: number; connections: number }> {
-  const { connections, streams } = warmUpPlan(calls);
+  const viaNghttp2 = nghttp2Share(calls);
+  const { connections, streams } = warmUpPlan(calls - viaNghttp2);
   const port = await scratch.bind('127.0.0.1', 0, undefined, { exclusive: true });
   const bytes = callBytes(request, `127.0.0.1:${port}`, '1S', streams);
   let answered = 0;
   let opened = 0;
+  const stopAt = performance.now() + BUDGET_MS;
   try {
-    for (; opened < connections; opened++) {
+    for (; opened < connections && performance.now() < stopAt; opened++) {
       await callOnNewConnection(port, bytes, streams);
       answered += streams;
     }
   } catch {
     opened++; // counted: fewer answered
+  }
+  if (viaNghttp2 > 0 && performance.now() < stopAt) {
+    answered += await nghttp2Calls(port, request, viaNghttp2).catch(() => 0);
+    opened++;
   }
   await scratch.drain(CALL_TIMEOUT_MS, logger);
   return { answered, connections: opened };
@@ -144,6 +213,53 @@ export interface WarmUpDeps {
   health: HealthState;
   connection: GrpcConnectionLimits;
   logger: Logger;
+  // A store of the service's kind for the warm-up alone, made with the warm-up's settings (the
+  // Redis store: its own connections, keys under the warm-up's prefix, so no counter of the
+  // service moves); closed after it. Absent: a memory store.
+  store?: (settings: Settings) => Store;
+}
+
+// The warm-up's view of its own store: every limit loosened to a million per period of at most 2 s
+// and every call's keys made its own, so that each call runs the store's code for a new tenant's
+// decision (never a cached denial, never a hot key's lease, as Envoy's first calls for new tenants)
+// and what it writes to Redis expires within seconds.
+export class LooseStore implements Store {
+  readonly kind: string;
+  private calls = 0;
+  constructor(private readonly inner: Store) {
+    this.kind = inner.kind;
+  }
+  decide(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    return this.inner.decide(this.loosen(checks), options);
+  }
+  peek(checks: readonly LimitCheck[], options: DecideOptions): Promise<Decision> {
+    return this.inner.peek(this.loosen(checks), options);
+  }
+  private loosen(checks: readonly LimitCheck[]): LimitCheck[] {
+    const call = this.calls++;
+    return checks.map((c) => ({ ...c, key: `${c.key}#${call}`, limit: LOOSE, burst: LOOSE, periodMs: Math.min(c.periodMs, SHORT_PERIOD_MS) }));
+  }
+  ready(): boolean {
+    return this.inner.ready();
+  }
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+}
+
+const LOOSE = 1_000_000;
+// Longer than a second, so that REDIS_PERSECOND sends each warm-up call where its rule's go.
+const SHORT_PERIOD_MS = 2000;
+
+// Resolves with true once `store` is ready, with false after `ms`.
+function whenReady(store: Store, ms: number): Promise<boolean> {
+  if (store.ready()) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), ms);
+    store.onReadyChange?.(() => {
+      if (store.ready()) clearTimeout(timer), resolve(true);
+    });
+  });
 }
 
 // The warm-up of app.start(): the service's code with a store, metrics and log of its own, on the
@@ -154,18 +270,35 @@ export async function warmUpGrpc(deps: WarmUpDeps): Promise<void> {
   const started = performance.now();
   const quiet = createLogger('silent');
   const metrics = new Metrics();
+  // Every key the warm-up makes (the service's upstream layout, the Redis store's own) under a
+  // prefix of its own.
+  const settings: Settings = { ...deps.settings, cacheKeyPrefix: `${deps.settings.cacheKeyPrefix}warm-up:` };
+  let own = deps.store?.(settings);
+  // A store that cannot decide yet (Redis down or slow to connect) would make every warm-up call
+  // wait for its deadline: the warm-up then runs on a memory store, as without STORE=redis.
+  if (own !== undefined && !(await whenReady(own, STORE_READY_MS))) {
+    await own.close();
+    own = undefined;
+  }
   const service = new RateLimitService({
     config: deps.config,
-    store: new MemoryStore(),
-    settings: deps.settings,
+    store: own === undefined ? new MemoryStore() : new LooseStore(own),
+    settings,
     sink: metricsDecisionSink(metrics, deps.settings.nearLimitRatio),
     logger: quiet,
   });
   const scratch = createGrpcListener(deps.settings.grpcServerImpl, { service, health: deps.health, metrics, logger: quiet, connection: deps.connection });
-  const { answered, connections } = await warmUp(scratch, warmUpRequest(deps.config.config), quiet, deps.settings.warmUpCalls);
+  let result: { answered: number; connections: number };
+  try {
+    result = await warmUp(scratch, warmUpRequest(deps.config.config), quiet, deps.settings.warmUpCalls);
+  } finally {
+    await own?.close();
+  }
+  const { answered, connections } = result;
   const ms = Math.round(performance.now() - started);
+  const store = own?.kind ?? 'memory';
   deps.logger.info(
-    { event: 'warm_up', calls: answered, connections, ms },
-    `gRPC path warmed up: ${answered} calls on ${connections} loopback connections in ${ms} ms`,
+    { event: 'warm_up', calls: answered, connections, store, ms },
+    `gRPC path warmed up: ${answered} calls on ${connections} loopback connections, on a ${store} store of its own, in ${ms} ms`,
   );
 }

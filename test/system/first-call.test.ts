@@ -3,10 +3,11 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
-import { callBytes, callOnNewConnection, warmUpPlan } from '../../src/server/warm-up';
+import { callBytes, callOnNewConnection, nghttp2Calls, nghttp2Share, warmUpPlan } from '../../src/server/warm-up';
 import { defaultSettings } from '../../src/settings';
 import { parseExposition, value } from '../support/exposition';
 import { spawnServer } from '../support/process';
+import { startRedis, stopAll } from '../support/redis';
 import { closing } from '../support/app';
 
 // The first ShouldRateLimit a process answers must not be the first run of the code that answers
@@ -18,15 +19,17 @@ const DEFAULT_WARM_UP = { WARM_UP_CALLS: undefined };
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-first-call-'));
 after(() => fs.rmSync(dir, { recursive: true, force: true }));
+after(() => stopAll());
 fs.mkdirSync(path.join(dir, 'config'));
 fs.writeFileSync(
   path.join(dir, 'config', 'first.yaml'),
-  'domain: first\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n',
+  'domain: first\ndescriptors:\n  - key: tenant\n    value: internal\n    rate_limit: { unlimited: true }\n  - key: tenant\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n',
 );
 const request = { domain: 'first', descriptors: [{ entries: [{ key: 'tenant', value: 'warm-up' }], hitsAddend: undefined, limit: undefined }], hitsAddend: 0 };
 // The code that answers a call: the HTTP/2 wire, gRPC, protobuf, the service, config match, keys,
 // the limiter and the memory store.
-const REQUEST_PATH = /\/dist\/src\/(server\/h2grpc\/|server\/grpc\.js|gen\/|service\/|config\/match\.js|limiter\/|keys\.js|store\/memory)/;
+// With STORE=redis, the store's stages, the Redis store and ioredis too.
+const REQUEST_PATH = /\/dist\/src\/(server\/h2grpc\/|server\/grpc\.js|gen\/|service\/|config\/match\.js|limiter\/|keys\.js|store\/)|\/node_modules\/ioredis\//;
 
 // Functions of the request path that V8 first ran between the "listening" line and the start of
 // the stop, from the log's script-details (id → url) and function,first-execution lines.
@@ -43,26 +46,70 @@ function firstRunsWhileServing(log: string): string[] {
     const name = f.slice(7).join(',');
     if (url.endsWith('/dist/src/app.js') && name === 'listeningLine') serving = true;
     else if (url.endsWith('/dist/src/server/health.js') && name === 'setShuttingDown') break;
-    else if (serving && REQUEST_PATH.test(url)) out.push(`${url.replace(/.*\/dist\//, '')} ${name}`);
+    else if (serving && REQUEST_PATH.test(url)) out.push(`${url.replace(/.*\/(dist|node_modules)\//, '')} ${name}`);
   }
   return out;
 }
 
-test('the first call on a new connection runs no function of the request path for the first time', async () => {
+// Starts the service with V8's log of first executions, makes one call on a new connection (or, with
+// `nghttp2`, that many calls as Envoy's codec sends them) and returns what of the request path
+// those calls ran for the first time.
+async function firstRunsOfOneCall(args: string[], nghttp2 = 0): Promise<string[]> {
   const log = path.join(dir, 'v8.log');
-  const server = await spawnServer(['--config', path.join(dir, 'config'), '--workers', '1'], DEFAULT_WARM_UP, [
+  const server = await spawnServer(['--config', path.join(dir, 'config'), '--workers', '1', ...args], DEFAULT_WARM_UP, [
     '--log-function-events',
     `--logfile=${log}`,
     '--no-logfile-per-isolate',
   ]);
   try {
-    await callOnNewConnection(server.grpcPort, callBytes(request, `127.0.0.1:${server.grpcPort}`, '20m'), 1, 5000);
+    if (nghttp2 > 0) assert.equal(await nghttp2Calls(server.grpcPort, request, nghttp2, 5000), nghttp2);
+    else await callOnNewConnection(server.grpcPort, callBytes(request, `127.0.0.1:${server.grpcPort}`, '20m'), 1, 5000);
   } finally {
     await server.stop();
   }
-  const firsts = firstRunsWhileServing(fs.readFileSync(log, 'utf8'));
+  return firstRunsWhileServing(fs.readFileSync(log, 'utf8'));
+}
+
+test('the first call on a new connection runs no function of the request path for the first time', async () => {
+  const firsts = await firstRunsOfOneCall([]);
   assert.deepEqual(firsts, [], `run for the first time by the first real call:\n${firsts.join('\n')}`);
 });
+
+test('calls as nghttp2 sends them (Huffman-coded, indexed, a full dynamic table, WINDOW_UPDATE) run no function of the request path for the first time', async () => {
+  const firsts = await firstRunsOfOneCall([], 96);
+  assert.deepEqual(firsts, [], `run for the first time by the first real calls:\n${firsts.join('\n')}`);
+});
+
+// Each key layout: sluice's windows as hash fields (the default) or keys of their own, and upstream's.
+for (const layout of [[], ['--window-counters', 'keys'], ['--compat-mode', 'upstream']]) {
+  test(`with STORE=redis too${layout.length > 0 ? ` (${layout.join(' ')})` : ''}: the warm-up ran the Redis store on a key prefix of its own, whose keys expire within seconds`, async () => {
+    const redis = await startRedis();
+    const args = ['--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, ...layout];
+    const firsts = await firstRunsOfOneCall(args);
+    assert.deepEqual(firsts, [], `run for the first time by the first real call:\n${firsts.join('\n')}`);
+    const keys = async () => (await redis.cli('--scan')).split('\n').filter((k) => k !== '');
+    const counters = (all: string[]) => all.filter((k) => !k.includes('{sluice-fleet}'));
+    // Under the service's prefix, the one real call's counter alone (a field of its window's hash, or
+    // a key of its own); the warm-up's under sluice:warm-up:.
+    let all = await keys();
+    const real: string[] = [];
+    for (const key of counters(all).filter((k) => !k.startsWith('sluice:warm-up:')))
+      real.push(...((await redis.cli('type', key)) === 'hash' ? (await redis.cli('hkeys', key)).split('\n') : [key]));
+    assert.equal(real.length, 1, `one counter under the service's prefix: ${real.join(', ')}`);
+    assert.match(real[0], /first\|tenant=warm-up|first_tenant_warm-up/);
+    const until = Date.now() + 8000;
+    while (counters(all).some((k) => k.startsWith('sluice:warm-up:')) && Date.now() < until) {
+      await new Promise((r) => setTimeout(r, 200));
+      all = await keys();
+    }
+    assert.deepEqual(
+      counters(all).filter((k) => k.startsWith('sluice:warm-up:')),
+      [],
+      "the warm-up's counters expire",
+    );
+    await redis.stop();
+  });
+}
 
 test('the warm-up answers its calls before the port is bound, on a store and metrics of its own', async () => {
   const server = await spawnServer(['--config', path.join(dir, 'config'), '--workers', '1'], DEFAULT_WARM_UP);
@@ -71,7 +118,8 @@ test('the warm-up answers its calls before the port is bound, on a store and met
     assert.ok(warm >= 0 && warm < server.logs.findIndex((l) => l.event === 'listening'), 'a warm_up line before "listening"');
     assert.equal(defaultSettings().warmUpCalls, 2048);
     assert.equal(server.logs[warm].calls, 2048, 'every warm-up call answered');
-    assert.equal(server.logs[warm].connections, 64, '32 calls at once on each connection');
+    // 1792 on 56 connections, 32 at once on each; 256 on one node:http2 connection.
+    assert.equal(server.logs[warm].connections, 57);
     const requests = async () =>
       value(parseExposition(await (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`, closing())).text()), 'sluice_requests_total');
     assert.equal(await requests(), 0);
@@ -107,6 +155,7 @@ test('WARM_UP_CALLS=0 starts without a warm-up; a small number still opens a con
 });
 
 test('warmUpPlan: at least 16 connections, at most 32 calls at once on each, at least the calls asked, fewer than one more per connection', () => {
+  assert.deepEqual([0, 63, 64, 2048, 4096].map(nghttp2Share), [0, 0, 8, 256, 256]);
   assert.deepEqual(warmUpPlan(0), { connections: 0, streams: 0 });
   assert.deepEqual(warmUpPlan(1), { connections: 1, streams: 1 });
   assert.deepEqual(warmUpPlan(16), { connections: 16, streams: 1 });

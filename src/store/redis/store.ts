@@ -94,11 +94,18 @@ export class RedisStore extends RedisSharedOps implements Store {
     this.refunds.close();
     await Promise.all(
       this.options.clients.map(async (c) => {
-        await settledWithin(
-          c.quit().catch(() => undefined),
-          CLOSE_WAIT_MS,
-        );
+        // QUIT only where a connection is up: one still connecting would hold close() a second.
+        const up = c.status === 'ready';
+        if (up)
+          await settledWithin(
+            c.quit().catch(() => undefined),
+            CLOSE_WAIT_MS,
+          );
+        // Resolved once an open connection has ended, so that its close events (the breaker's trip
+        // among them) are over when close() is (the warm-up's store closes before the port opens).
+        // One waiting to reconnect has no socket to close, and ends without an event.
         c.disconnect();
+        if (up && c.status !== 'end') await settledWithin(new Promise((resolve) => c.once('end', resolve)), CLOSE_WAIT_MS);
       }),
     );
   }
