@@ -30,7 +30,7 @@ export const SHOULD_RATE_LIMIT = '/envoy.service.ratelimit.v3.RateLimitService/S
 // connection reuse its HPACK table, as Envoy's do). V8 optimises a function only after it has run
 // often: 32 calls compiled the path but left it in baseline code, and a replica then spent its
 // first seconds of Envoy traffic at 2-3 times its warm cost per call (docs/performance.md, "Envoy
-// in front"); 2048 calls (0.3-0.45 s of start-up on 2 cores) took most of that away.
+// in front"); 2048 calls (0.35-0.5 s of start-up on 2 cores) took most of that away.
 const MIN_CONNECTIONS = 16;
 const MAX_STREAMS = 32;
 const CALL_TIMEOUT_MS = 2000;

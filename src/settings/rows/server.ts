@@ -52,7 +52,7 @@ export const SERVER_ROWS = [
     env: ['WARM_UP_CALLS'],
     kind: 'count',
     def: 2048,
-    help: "calls the gRPC path answers over loopback before the gRPC port opens, so that V8 has compiled and optimised it before Envoy's first call (at 2048, 0.3-0.45 s of start-up on a 2-core machine); on a store of its own: with STORE=redis its own connections and keys under CACHE_KEY_PREFIX + 'warm-up:' that expire within seconds, so no counter of the service moves; 0: none (GRPC_SERVER_IMPL=sluice or http2)",
+    help: "calls the gRPC path answers over loopback before the gRPC port opens, so that V8 has compiled and optimised it before Envoy's first call (at 2048, 0.35-0.5 s of start-up on a 2-core machine); on a store of its own: with STORE=redis its own connections and keys under CACHE_KEY_PREFIX + 'warm-up:' that expire within seconds, so no counter of the service moves; 0: none (GRPC_SERVER_IMPL=sluice or http2)",
   },
   {
     key: 'rlqsAssignmentTtlMs',
