@@ -2,6 +2,7 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import type { CompiledConfig, DescriptorNode, RateLimitRule } from '../config/types';
 import { RateLimitRequest } from '../gen/envoy/service/ratelimit/v3/rls';
+import { frame } from './h2grpc/framing';
 import { encodeHeaders } from './h2grpc/hpack';
 import { DATA, encodeFrame, END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS } from './h2grpc/frames';
 import type { ConfigHolder } from '../config/holder';
@@ -81,10 +82,7 @@ function pathTo(node: DescriptorNode, wanted: (rule: RateLimitRule) => boolean, 
 // One connection's opening as Envoy writes it: the preface, SETTINGS and `streams` unary calls in
 // one write, without waiting for the server's SETTINGS.
 export function callBytes(request: RateLimitRequest, authority: string, grpcTimeout: string, streams = 1): Buffer {
-  const message = RateLimitRequest.encode(request).finish();
-  const body = Buffer.alloc(5 + message.length);
-  body.writeUInt32BE(message.length, 1);
-  body.set(message, 5);
+  const body = frame(RateLimitRequest.encode(request).finish());
   const headers = {
     ':method': 'POST',
     ':scheme': 'http',
@@ -141,10 +139,7 @@ export function nghttp2Share(calls: number): number {
 // control credit with WINDOW_UPDATE: parts of the HPACK decoder and of the connection that
 // callBytes' plain blocks never reach. Resolves with the calls answered.
 export async function nghttp2Calls(port: number, request: RateLimitRequest, calls: number, timeoutMs = CALL_TIMEOUT_MS): Promise<number> {
-  const message = RateLimitRequest.encode(request).finish();
-  const body = Buffer.alloc(5 + message.length);
-  body.writeUInt32BE(message.length, 1);
-  body.set(message, 5);
+  const body = frame(RateLimitRequest.encode(request).finish());
   const session = http2.connect(`http://127.0.0.1:${port}`);
   session.on('error', () => undefined);
   const timer = setTimeout(() => session.destroy(), timeoutMs);
