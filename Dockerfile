@@ -31,5 +31,5 @@ EXPOSE 8080 8081
 # Port 8080 is the default HTTP_PORT; change it here too if you change that.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:8080/healthcheck').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
-ENTRYPOINT ["node", "--no-allocation-site-pretenuring", "dist/src/main.js"]
+ENTRYPOINT ["node", "dist/src/main.js"]
 CMD ["serve", "--config", "/etc/sluice"]

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
 import { freePort, type RedisNode, startRedis } from '../test/support/redis';
-import { MAIN, REPO, type ServerProcess, SHIPPED_NODE_FLAGS, spawnShipped } from '../test/support/process';
+import { MAIN, REPO, type ServerProcess, spawnShipped } from '../test/support/process';
 import { processCpuSeconds } from './cpu';
 import { type ConnectionsRow, CONNECTION_PROCESSES, measureConnections } from './connections';
 import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, waitReady } from './fleet';
@@ -94,10 +94,7 @@ async function spawnProfiled(args: string[], file: string): Promise<{ pid: numbe
     '127.0.0.1',
   ];
   const profile = ['--cpu-prof', `--cpu-prof-dir=${path.dirname(file)}`, `--cpu-prof-name=${path.basename(file)}`];
-  const child = spawn(process.execPath, [...SHIPPED_NODE_FLAGS, ...profile, MAIN, 'serve', ...args, ...ports, '--log-level', 'warn'], {
-    cwd: REPO,
-    stdio: 'ignore',
-  });
+  const child = spawn(process.execPath, [...profile, MAIN, 'serve', ...args, ...ports, '--log-level', 'warn'], { cwd: REPO, stdio: 'ignore' });
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
   return { pid: child.pid!, grpcPort, httpPort, stop: () => (child.kill('SIGTERM'), exited) };
 }

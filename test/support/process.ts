@@ -21,14 +21,6 @@ export interface ServerProcess {
 // the bench (spawnShipped) get the default.
 export const TEST_WARM_UP_CALLS = 32;
 
-// The flags every shipped command gives node (Dockerfile's ENTRYPOINT, `npm start`,
-// deploy/image/ratelimit; test/system/docker-compose.test.ts holds them to this list). V8's
-// allocation-site pretenuring learned, from start-up and warm-up objects that all survive, to
-// allocate some of the request path's objects in the old generation, where they die as garbage
-// for mark-compacts: 8-14% more CPU per request and 25-30 MB more RSS (docs/security.md). It
-// cannot be turned off once node runs (v8.setFlagsFromString has no effect on it).
-export const SHIPPED_NODE_FLAGS = ['--no-allocation-site-pretenuring'];
-
 // Runs the real CLI (`node dist/src/main.js serve ...`) and waits for its "listening" log line,
 // which carries the ports it bound.
 // `nodeArgs`: flags for node itself (V8's among them), before the script.
@@ -95,10 +87,9 @@ export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}, n
 }
 
 // Several servers at once; when one fails to start, those that did are stopped before the error.
-// The service as shipped, with its default warm-up and the node flags it ships with (the bench's
-// servers).
+// The service as shipped, with its default warm-up (the bench's servers).
 export function spawnShipped(args: string[], env: NodeJS.ProcessEnv = {}, nodeArgs: string[] = []): Promise<ServerProcess> {
-  return spawnServer(args, { WARM_UP_CALLS: undefined, ...env }, [...SHIPPED_NODE_FLAGS, ...nodeArgs]);
+  return spawnServer(args, { WARM_UP_CALLS: undefined, ...env }, nodeArgs);
 }
 
 export async function spawnServers(starts: (() => Promise<ServerProcess>)[]): Promise<ServerProcess[]> {
