@@ -214,10 +214,16 @@ export interface WarmUpDeps {
   store?: (settings: Settings) => Store;
 }
 
-// The warm-up's view of its own store: every limit loosened to a million per period of at most 2 s
-// and every call's keys made its own, so that each call runs the store's code for a new tenant's
-// decision (never a cached denial, never a hot key's lease, as Envoy's first calls for new tenants)
-// and what it writes to Redis expires within seconds.
+// The warm-up's view of its own store: every limit loosened to a million per period of at most 2 s,
+// so that no call is denied, and what it writes to Redis expires within seconds. Every other call's
+// keys are its own, so that it runs the store's code for a new tenant's decision (as Envoy's first
+// calls for new tenants); the others go to a returning tenant, one of RETURNING in turn, each far
+// below LEASE_AUTO_THRESHOLD's default (never a hot key's lease).
+// Not every call new: V8 decides per allocation site whether what it allocates lives long
+// ("pretenuring"). When each warm-up call made keys of its own, every per-key record made in the
+// warm-up survived, and V8 from then on made those records in the old generation, also for a hot
+// key, whose records are replaced at every decision: 3-descriptor calls cost about 20% more CPU and
+// mark-compacts (docs/security.md, after the attack table).
 export class LooseStore implements Store {
   readonly kind: string;
   private calls = 0;
@@ -232,7 +238,8 @@ export class LooseStore implements Store {
   }
   private loosen(checks: readonly LimitCheck[]): LimitCheck[] {
     const call = this.calls++;
-    return checks.map((c) => ({ ...c, key: `${c.key}#${call}`, limit: LOOSE, burst: LOOSE, periodMs: Math.min(c.periodMs, SHORT_PERIOD_MS) }));
+    const own = call % 2 === 0 ? `#${call}` : `#returning-${(call >> 1) % RETURNING}`;
+    return checks.map((c) => ({ ...c, key: `${c.key}${own}`, limit: LOOSE, burst: LOOSE, periodMs: Math.min(c.periodMs, SHORT_PERIOD_MS) }));
   }
   ready(): boolean {
     return this.inner.ready();
@@ -243,6 +250,8 @@ export class LooseStore implements Store {
 }
 
 const LOOSE = 1_000_000;
+// Returning tenants: 2048 calls, half of them on 16 keys, is 64 calls each in under a second.
+const RETURNING = 16;
 // Longer than a second, so that REDIS_PERSECOND sends each warm-up call where its rule's go.
 const SHORT_PERIOD_MS = 2000;
 
