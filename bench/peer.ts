@@ -21,7 +21,13 @@ import { H2LOAD_MISSING, h2loadAvailable, metricSum, percentile, runH2load, runK
 
 export const UPSTREAM_VERSION = 'v1.4.1-0.20260122083618-3fb702589d36';
 export const UPSTREAM_MODULE = 'github.com/envoyproxy/ratelimit/src/service_cmd';
-const ROUNDS = 2;
+// BENCH_PEER_ROUNDS: more rounds when comparing builds (BENCH_PEER_BASELINE) on a noisy host.
+export function peerRounds(value = process.env.BENCH_PEER_ROUNDS): number {
+  if (value === undefined || value === '') return 2;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`BENCH_PEER_ROUNDS=${value}: expected a whole number above 0`);
+  return n;
+}
 // One hot key, and distinct keys: every request touches counters no other request of the row did.
 const KEY_COUNTS = [1, 100_000];
 const PACED_CONNECTIONS = 16;
@@ -34,7 +40,30 @@ export const UPSTREAM_MISSING =
 // what any sluice row costs before it decides anything: its ceiling.
 export const EMPTY_HANDLER = "empty handler, sluice's gRPC server";
 
-export type PeerServer = 'upstream' | 'upstream, pipeline 150us' | 'sluice, leases off' | 'sluice, leases on' | typeof EMPTY_HANDLER;
+export type PeerServer =
+  | 'upstream'
+  | 'upstream, pipeline 150us'
+  | 'sluice, leases off'
+  | 'sluice, leases on'
+  | typeof EMPTY_HANDLER
+  | `baseline ${string}, leases ${'off' | 'on'}`;
+
+// BENCH_PEER_BASELINE=<checkout>: another build of sluice (its `npm run build` done) runs beside
+// this one in the same rounds, leases off and on: what a change costs, measured in the same minutes
+// on the same noisy host, instead of two runs some minutes apart.
+export interface Baseline {
+  dir: string;
+  main: string;
+  label: string;
+}
+
+export function peerBaseline(dir = process.env.BENCH_PEER_BASELINE): Baseline | undefined {
+  if (dir === undefined || dir === '') return undefined;
+  const main = path.resolve(dir, 'dist', 'src', 'main.js');
+  if (!fs.existsSync(main)) throw new Error(`BENCH_PEER_BASELINE=${dir}: no ${main}; run npm ci && npm run build in that checkout first`);
+  const rev = spawnSync('git', ['-C', dir, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' });
+  return { dir, main, label: rev.status === 0 ? rev.stdout.trim() : path.basename(path.resolve(dir)) };
+}
 
 export interface PeerRow {
   server: PeerServer;
@@ -72,6 +101,7 @@ export interface PeerBench {
   install: string;
   pinning: string;
   commands: string[];
+  baseline?: Baseline;
 }
 
 export interface Running {
@@ -220,12 +250,17 @@ export async function startUpstream(
   return { name, grpcPort, pid: child.pid!, stop };
 }
 
-async function startSluice(name: PeerServer, root: string, redisPort: number, pinned: boolean, leases: boolean): Promise<Running> {
-  const server: ServerProcess = await spawnShipped([
-    // One process, so that pinning it pins all of sluice (WORKERS=auto would start a worker per core).
-    ...['--config', path.join(root, 'bench', 'config'), '--log-level', 'info', '--store', 'redis', '--redis-url', `127.0.0.1:${redisPort}`, '--workers', '1'],
-    ...(leases ? [] : ['--lease-auto-threshold', '0']),
-  ]);
+async function startSluice(name: PeerServer, root: string, redisPort: number, pinned: boolean, leases: boolean, main?: string): Promise<Running> {
+  const server: ServerProcess = await spawnShipped(
+    [
+      // One process, so that pinning it pins all of sluice (WORKERS=auto would start a worker per core).
+      ...['--config', path.join(root, 'bench', 'config'), '--log-level', 'info', '--store', 'redis', '--redis-url', `127.0.0.1:${redisPort}`, '--workers', '1'],
+      ...(leases ? [] : ['--lease-auto-threshold', '0']),
+    ],
+    {},
+    [],
+    main,
+  );
   if (pinned) pin(server.child.pid!, '1');
   await waitReady(server);
   return { name, grpcPort: server.grpcPort, pid: server.child.pid!, metricsUrl: `http://127.0.0.1:${server.httpPort}/metrics`, stop: () => server.stop() };
@@ -308,6 +343,8 @@ async function measureRow(t: Running, redis: RedisNode, descriptors: 1 | 3, keys
 }
 
 export async function peerBench(requests: number): Promise<PeerBench | string> {
+  const baseline = peerBaseline();
+  const rounds = peerRounds();
   if (!goAvailable()) return `skipped: ${UPSTREAM_MISSING}`;
   if (!h2loadAvailable()) return `skipped: ${H2LOAD_MISSING}`;
   let upstream: { binary: string; install: string };
@@ -334,6 +371,10 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
     servers.push(await startUpstream('upstream, pipeline 150us', binary, root, redis.port, pinned, { REDIS_PIPELINE_WINDOW: '150us' }));
     servers.push(await startSluice('sluice, leases off', root, redis.port, pinned, false));
     servers.push(await startSluice('sluice, leases on', root, redis.port, pinned, true));
+    if (baseline !== undefined) {
+      servers.push(await startSluice(`baseline ${baseline.label}, leases off`, root, redis.port, pinned, false, baseline.main));
+      servers.push(await startSluice(`baseline ${baseline.label}, leases on`, root, redis.port, pinned, true, baseline.main));
+    }
     servers.push(await startEmpty(pinned));
 
     // Rounds alternate between the services; the best (highest rate) round of each is kept. The
@@ -341,7 +382,7 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
     const best = new Map<string, Measured>();
     const shapes = ([1, 3] as const).flatMap((descriptors) => KEY_COUNTS.map((keys) => ({ descriptors, keys })));
     for (const { descriptors, keys } of shapes) {
-      for (let round = 0; round < ROUNDS; round++) {
+      for (let round = 0; round < rounds; round++) {
         for (const t of servers) {
           const m = await measureRow(t, redis, descriptors, keys, keys > 1 ? Math.round(requests / 2) : requests);
           const k = `${t.name}/${descriptors}/${keys}`;
@@ -427,7 +468,9 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
         `upstream: GOMAXPROCS=1 USE_STATSD=false BACKEND_TYPE=redis REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:<port> RUNTIME_ROOT=<dir> RUNTIME_SUBDIRECTORY=bench RUNTIME_WATCH_ROOT=false LOG_LEVEL=warn [REDIS_PIPELINE_WINDOW=150us] ${pinned ? 'taskset -c 1 ' : ''}service_cmd`,
         `sluice: node dist/src/main.js serve --config <dir>/bench/config --store redis --redis-url 127.0.0.1:<port> [--lease-auto-threshold 0]${pinned ? ' (then taskset -a -p -c 1 <pid>)' : ''}`,
         `${EMPTY_HANDLER}: ${pinned ? 'taskset -c 1 ' : ''}node dist/bench/empty-server.js h2grpc`,
+        ...(baseline === undefined ? [] : [`baseline ${baseline.label}: as sluice, with node ${baseline.main}`]),
       ],
+      baseline,
     };
   } finally {
     for (const s of servers) await s.stop();
@@ -435,6 +478,21 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
     fs.rmSync(root, { recursive: true, force: true });
     if (pinned) execFileSync('taskset', ['-a', '-p', ownMask, String(process.pid)], { stdio: 'ignore' });
   }
+}
+
+// This build against the baseline's, per row and leases setting: rate and server CPU per request.
+export function baselineLines(rows: readonly PeerRow[], baseline: Baseline): string[] {
+  const out: string[] = [];
+  for (const r of rows.filter((x) => x.server.startsWith('sluice, '))) {
+    const leases = r.server.slice('sluice, '.length);
+    const b = rows.find((x) => x.server === `baseline ${baseline.label}, ${leases}` && x.descriptors === r.descriptors && x.keys === r.keys);
+    if (b === undefined) continue;
+    const shape = `${r.descriptors} descriptor${r.descriptors === 1 ? '' : 's'}, ${r.keys === 1 ? 'one hot key' : `${r.keys.toLocaleString('en-US')} keys`}, ${leases}`;
+    out.push(
+      `${shape}: decisions/s ${(r.reqPerSec / b.reqPerSec).toFixed(2)}×, server CPU per request ${(r.serverCpuUsPerReq / b.serverCpuUsPerReq).toFixed(2)}× the baseline's`,
+    );
+  }
+  return out;
 }
 
 // The README's table: one row per service and request, ratios to the better upstream row.
@@ -454,13 +512,14 @@ export function peerTable(rows: readonly PeerRow[]): string {
 
 // Decisions/s per core of each row, with its ratio to upstream, grouped by descriptors.
 export function peerChart(rows: readonly PeerRow[], caption: string): string {
-  const colour: Record<PeerServer, string> = {
+  const colours: Record<string, string> = {
     upstream: '#9e9e9e',
     'upstream, pipeline 150us': '#bdbdbd',
     'sluice, leases off': '#e45756',
     'sluice, leases on': '#4c78a8',
     [EMPTY_HANDLER]: '#f2cf5b',
   };
+  const colour = (server: PeerServer) => colours[server] ?? (server.endsWith('off') ? '#f4a6a5' : '#9ab8d6');
   const group = (r: PeerRow) => `${r.descriptors}/${r.keys}`;
   const sorted = [...new Set(rows.map(group))].flatMap((g) => rows.filter((r) => group(r) === g));
   return horizontalBars({
@@ -472,7 +531,7 @@ export function peerChart(rows: readonly PeerRow[], caption: string): string {
       label: `${r.server}, ${r.descriptors} descriptor${r.descriptors === 1 ? '' : 's'}${r.keys === 1 ? '' : `, ${r.keys.toLocaleString('en-US')} keys`}`,
       value: r.reqPerSec,
       text: `${Math.round(r.reqPerSec).toLocaleString('en-US')}/s (${r.rateRatio.toFixed(2)}× upstream)`,
-      colour: colour[r.server],
+      colour: colour(r.server),
       groupStart: i > 0 && group(sorted[i - 1]) !== group(r),
     })),
   });

@@ -13,7 +13,7 @@ import { fleetBench } from './fleet';
 import { grpcImplBench, grpcImplTable } from './grpc-impl';
 import { capBench, memoryPerKey, microBench } from './micro';
 import { processMemory, processMemoryTable } from './process-memory';
-import { peerBench, peerChart, peerTable } from './peer';
+import { baselineLines, peerBench, peerChart, peerRounds, peerTable } from './peer';
 import { KEY_BYTES, redisMemory } from './redis-memory';
 import { idleLine, idleRoundTrips } from './idle-wake';
 import { regionsBench, regionsChart, regionsScale, regionsTable } from './regions';
@@ -113,7 +113,7 @@ async function main(): Promise<void> {
   }
   if (wanted('peer')) {
     console.log(
-      `\nBeside envoyproxy/ratelimit (Go), same redis-server, YAML and requests; ${fmt(requests)} requests a row, best of 2 alternating rounds, 4 connections x 32 streams, grpc-timeout 1S:`,
+      `\nBeside envoyproxy/ratelimit (Go), same redis-server, YAML and requests; ${fmt(requests)} requests a row, best of ${peerRounds()} alternating rounds, 4 connections x 32 streams, grpc-timeout 1S:`,
     );
     const p = await peerBench(requests);
     if (typeof p === 'string') console.log(`  ${p}`);
@@ -131,14 +131,20 @@ async function main(): Promise<void> {
       }
       const h = p.halfRate.map((r) => `${r.server} ${fmt(r.reqPerSec)}/s, p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms`);
       console.log(`\n  paced at half upstream's best rate (1 descriptor, hot key; h2load --rps, 16 connections x 1 stream): ${h.join('; ')}`);
-      fs.writeFileSync(
-        PEER_CHART,
-        peerChart(
-          p.rows,
-          `${machine}, node ${process.version}; ${p.pinning.startsWith('unpinned') ? 'unpinned' : 'each service on core 1, Redis and h2load on core 0'}; BENCH_SECTIONS=peer npm run bench, ${new Date().toISOString().slice(0, 10)}`,
-        ),
-      );
-      console.log(`  chart: ${path.relative(process.cwd(), PEER_CHART)}`);
+      if (p.baseline !== undefined) {
+        // A comparison run: docs/peer.svg shows this build alone, so it is left as it is.
+        console.log(`\n  this build against BENCH_PEER_BASELINE=${p.baseline.dir} (${p.baseline.label}), same rounds:`);
+        for (const line of baselineLines(p.rows, p.baseline)) console.log(`    ${line}`);
+      } else {
+        fs.writeFileSync(
+          PEER_CHART,
+          peerChart(
+            p.rows,
+            `${machine}, node ${process.version}; ${p.pinning.startsWith('unpinned') ? 'unpinned' : 'each service on core 1, Redis and h2load on core 0'}; BENCH_SECTIONS=peer npm run bench, ${new Date().toISOString().slice(0, 10)}`,
+          ),
+        );
+        console.log(`  chart: ${path.relative(process.cwd(), PEER_CHART)}`);
+      }
     }
   }
   if (wanted('tracing')) {

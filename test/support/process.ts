@@ -24,10 +24,11 @@ export const TEST_WARM_UP_CALLS = 32;
 // Runs the real CLI (`node dist/src/main.js serve ...`) and waits for its "listening" log line,
 // which carries the ports it bound.
 // `nodeArgs`: flags for node itself (V8's among them), before the script.
-export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}, nodeArgs: string[] = []): Promise<ServerProcess> {
+// `main`: another build's dist/src/main.js (the peer bench's baseline).
+export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}, nodeArgs: string[] = [], main = MAIN): Promise<ServerProcess> {
   const child = spawn(
     process.execPath,
-    [...nodeArgs, MAIN, 'serve', '--grpc-port', '0', '--http-port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1', ...args],
+    [...nodeArgs, main, 'serve', '--grpc-port', '0', '--http-port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--grpc-host', '127.0.0.1', ...args],
     {
       cwd: REPO,
       // SLUICE_GRPC_SERVER_IMPL=http2 or grpc-js runs the gRPC tests against that server.
@@ -88,8 +89,8 @@ export async function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}, n
 
 // Several servers at once; when one fails to start, those that did are stopped before the error.
 // The service as shipped, with its default warm-up (the bench's servers).
-export function spawnShipped(args: string[], env: NodeJS.ProcessEnv = {}, nodeArgs: string[] = []): Promise<ServerProcess> {
-  return spawnServer(args, { WARM_UP_CALLS: undefined, ...env }, nodeArgs);
+export function spawnShipped(args: string[], env: NodeJS.ProcessEnv = {}, nodeArgs: string[] = [], main = MAIN): Promise<ServerProcess> {
+  return spawnServer(args, { WARM_UP_CALLS: undefined, ...env }, nodeArgs, main);
 }
 
 export async function spawnServers(starts: (() => Promise<ServerProcess>)[]): Promise<ServerProcess[]> {
