@@ -239,7 +239,24 @@ export class LooseStore implements Store {
   private loosen(checks: readonly LimitCheck[]): LimitCheck[] {
     const call = this.calls++;
     const own = call % 2 === 0 ? `#${call}` : `#returning-${(call >> 1) % RETURNING}`;
-    return checks.map((c) => ({ ...c, key: `${c.key}${own}`, limit: LOOSE, burst: LOOSE, periodMs: Math.min(c.periodMs, SHORT_PERIOD_MS) }));
+    // Made as the limiter makes its checks (limiter.ts toCheck: the same properties in the same
+    // order), not spread from them: the store's code then sees objects of the shape it sees in
+    // service, and fewer of its functions are deoptimised by the first real calls (a trace of the
+    // first 20,000 calls after start: 19-22 deopts instead of 27-28).
+    return checks.map((c) => {
+      const loose: EveryField = {
+        key: `${c.key}${own}`,
+        algorithm: c.algorithm,
+        limit: LOOSE,
+        periodMs: Math.min(c.periodMs, SHORT_PERIOD_MS),
+        burst: LOOSE,
+        hits: c.hits,
+        mode: c.mode,
+        lease: c.lease,
+      };
+      if (c.layout === undefined) return loose;
+      return Object.assign(loose, { layout: c.layout });
+    });
   }
   ready(): boolean {
     return this.inner.ready();
@@ -250,6 +267,9 @@ export class LooseStore implements Store {
 }
 
 const LOOSE = 1_000_000;
+// Every field of a check but `layout` (toCheck adds it last, and only for upstream's keys), each
+// required even where optional: a field added to LimitCheck must be copied in loosen() too.
+type EveryField = { [K in Exclude<keyof LimitCheck, 'layout'>]-?: LimitCheck[K] };
 // Returning tenants: 2048 calls, half of them on 16 keys, is 64 calls each in under a second.
 const RETURNING = 16;
 // Longer than a second, so that REDIS_PERSECOND sends each warm-up call where its rule's go.
