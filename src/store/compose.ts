@@ -9,11 +9,10 @@ import { type CallerBudget, callerBudget, DeadlineStage } from './stages/deadlin
 import { DataEpoch } from './stages/epoch';
 import { type FallbackPolicy, FallbackStage } from './stages/fallback';
 import { Journal } from './stages/journal';
+import { KeyMemory } from './stages/key-memory';
 import { LagMonitor } from './stages/lag';
-import { LastKnown } from './stages/last-known';
 import { AutoLeases, type AutoLeaseOptions, type LeasePolicy } from './stages/lease-policy';
 import { LeaseStage } from './stages/leases';
-import { OwnHits } from './stages/own-hits';
 import { LateCalls, Recovery } from './stages/recovery';
 import type { OverLimitCacheStats } from './over-limit-cache';
 import { OverLimitCacheStage } from './stages/over-limit';
@@ -115,10 +114,9 @@ export function buildRedisStack<B extends StackBase>(
 
   // What the fallback needs beside Redis; recovery puts it all back once Redis answers again.
   const local = new MemoryStore({ clock: storeClock, maxKeys: o.memoryMaxKeys });
-  const own = new OwnHits();
+  const memory = new KeyMemory();
   // What the journal wrote back is this process' own, as what Redis decided for it.
-  const journal = new Journal(redis, clock, events, undefined, (e, hits, ageMs) => own.add(e, hits, e.windowStartMs ?? storeClock.now() - ageMs));
-  const lastKnown = new LastKnown();
+  const journal = new Journal(redis, clock, events, undefined, (e, hits, ageMs) => memory.addOwn(e, hits, e.windowStartMs ?? storeClock.now() - ageMs));
   const late = new LateCalls();
   const recovery = new Recovery({
     redis,
@@ -128,8 +126,7 @@ export function buildRedisStack<B extends StackBase>(
     replicaTtlMs: o.replicaTtlMs,
     epoch,
     storeClock,
-    own,
-    lastKnown,
+    memory,
     journal,
     local,
     late,
@@ -155,8 +152,7 @@ export function buildRedisStack<B extends StackBase>(
     domainPolicies: o.domainPolicies,
     local,
     journal,
-    lastKnown,
-    own,
+    memory,
     clock,
     storeClock,
     share: () => (o.share === 'auto' ? 1 / (replicas.count ?? 1) : o.share),
@@ -177,8 +173,7 @@ export function buildRedisStack<B extends StackBase>(
           budgetMs,
           usable: closed,
           onGrant: (check, grant) => {
-            lastKnown.recordOne(check, grant.remaining, grant.takenAtMs);
-            own.add(check, grant.granted, grant.takenAtMs);
+            memory.granted(check, grant.remaining, grant.granted, grant.takenAtMs);
           },
           events,
         });

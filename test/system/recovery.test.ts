@@ -7,8 +7,7 @@ import { MemoryStore } from '../../src/store/memory';
 import { RedisStore } from '../../src/store/redis';
 import { DataEpoch } from '../../src/store/stages/epoch';
 import { Journal } from '../../src/store/stages/journal';
-import { OwnHits } from '../../src/store/stages/own-hits';
-import { LastKnown } from '../../src/store/stages/last-known';
+import { KeyMemory } from '../../src/store/stages/key-memory';
 import { LateCalls, Recovery } from '../../src/store/stages/recovery';
 import { ReplicaRegistry } from '../../src/store/stages/replicas';
 import { StoreClock } from '../../src/store/stages/store-clock';
@@ -35,8 +34,7 @@ function recoveryOn(node: RedisNode) {
   const epoch = new DataEpoch();
   const replicaId = randomUUID();
   const replicas = new ReplicaRegistry(redis, { epoch, id: replicaId, ttlMs: 10_000, events, clock });
-  const own = new OwnHits();
-  const lastKnown = new LastKnown();
+  const memory = new KeyMemory();
   const journal = new Journal(redis, clock, events);
   const local = new MemoryStore({ clock: storeClock, maxKeys: 1_000 });
   const late = new LateCalls();
@@ -48,8 +46,7 @@ function recoveryOn(node: RedisNode) {
     replicaTtlMs: 10_000,
     epoch,
     storeClock,
-    own,
-    lastKnown,
+    memory,
     journal,
     local,
     late,
@@ -63,7 +60,7 @@ function recoveryOn(node: RedisNode) {
     await local.close();
     await redis.close();
   };
-  return { redis, replicas, own, lastKnown, journal, local, late, recovery, breaker, seen, close };
+  return { redis, replicas, memory, journal, local, late, recovery, breaker, seen, close };
 }
 
 function check(name: string, hits: number): LimitCheck {
@@ -85,7 +82,7 @@ describe('Recovery', () => {
       const c = check('lost', 3);
       const d = await r.redis.decide([c], { countDeniedHits: false });
       assert.equal(d.admitted, true);
-      r.own.add(c, 3, d.storeTimeMs!);
+      r.memory.addOwn(c, 3, d.storeTimeMs!);
       await node.cli('FLUSHALL');
       assert.equal(await remaining(r.redis, c), 10, 'Redis lost the 3 hits');
 
@@ -111,7 +108,7 @@ describe('Recovery', () => {
     try {
       await until('the first heartbeat', () => r.replicas.count !== undefined);
       const c = check('kept', 2);
-      r.own.add(c, 5, Date.now());
+      r.memory.addOwn(c, 5, Date.now());
       r.journal.add(c, Math.floor(Date.now() / DAY_MS) * DAY_MS, 2, false);
       await r.local.decide([{ ...c, hits: 4 }], { countDeniedHits: false });
       assert.equal(await remaining(r.local, c), 6);

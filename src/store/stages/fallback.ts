@@ -8,8 +8,7 @@ import type { DecideOptions, Decision, LimitCheck, LimitOutcome, Store } from '.
 import { BreakerOpen } from './breaker';
 import { DeadlineExceeded } from './deadline';
 import type { Journal, JournalRef } from './journal';
-import type { LastKnown } from './last-known';
-import type { OwnHits } from './own-hits';
+import type { KeyMemory } from './key-memory';
 import { seedState } from './seed';
 import { Stage } from './stage';
 import type { StoreClock } from './store-clock';
@@ -23,9 +22,9 @@ export interface FallbackOptions {
   // The local limiter; its clock must be `storeClock` so its windows are Redis' windows.
   local: MemoryStore;
   journal: Journal;
-  lastKnown: LastKnown;
-  // The hits this process put into Redis (put back after Redis lost its data).
-  own: OwnHits;
+  // What Redis last said of each counter (where the local limiter starts from), and the hits this
+  // process put into Redis (put back after Redis lost its data).
+  memory: KeyMemory;
   // Local clock (durations) and the estimate of Redis' clock built on it.
   clock: Clock;
   storeClock: StoreClock;
@@ -82,8 +81,7 @@ export class FallbackStage extends Stage {
       return this.fallback(checks, options, err);
     }
     this.o.storeClock.observe(decision.storeTimeMs, sent, this.o.clock.now());
-    this.o.lastKnown.record(checks, decision);
-    this.recordOwn(checks, decision);
+    this.o.memory.decided(checks, decision);
     return decision;
   }
 
@@ -104,14 +102,6 @@ export class FallbackStage extends Stage {
       const local = await this.o.local.peek(this.localChecks(checks), options);
       return { ...local, degraded: { policy, reason } };
     }
-  }
-
-  private recordOwn(checks: readonly LimitCheck[], decision: Decision): void {
-    const at = decision.storeTimeMs;
-    if (at === undefined || decision.degraded !== undefined) return;
-    // A loop, not forEach: no closure per decision.
-    const outcomes = decision.outcomes;
-    for (let i = 0; i < outcomes.length; i++) if (outcomes[i].consumed) this.o.own.add(checks[i], checks[i].hits, at);
   }
 
   private noteReady(): boolean {
@@ -160,7 +150,7 @@ export class FallbackStage extends Stage {
           const consumed = redis.outcomes[i]?.consumed === true;
           if (ref !== undefined && consumed) {
             this.o.journal.cancel(ref);
-            if (redis.storeTimeMs !== undefined) this.o.own.add(c, c.hits, redis.storeTimeMs);
+            if (redis.storeTimeMs !== undefined) this.o.memory.addOwn(c, c.hits, redis.storeTimeMs);
           } else if (ref !== undefined) this.o.journal.settle(ref);
           else if (consumed && redis.storeTimeMs !== undefined) {
             refunds.push({ key: c.key, ...specOf(c), hits: c.hits, decidedAtMs: redis.storeTimeMs });
@@ -183,7 +173,7 @@ export class FallbackStage extends Stage {
     return checks.map((c) => {
       const local = { ...c, limit: Math.floor(c.limit * share), burst: Math.floor(c.burst * share) };
       if (!this.o.local.has(c.key)) {
-        const state = seedState(local, this.o.lastKnown.get(c.key), share, now);
+        const state = seedState(local, this.o.memory.known(c.key), share, now);
         if (state !== undefined) this.o.local.seed(local, state);
       }
       return local;

@@ -4,7 +4,7 @@ import type { StoreEvents } from '../events';
 import type { OwnEntry, SharedOps } from '../shared';
 import { answeredWithin } from '../timeout';
 import type { DataEpoch } from './epoch';
-import type { Known } from './last-known';
+import type { Known } from './key-memory';
 
 // Calls the fallback answered for (Redis missed the caller's budget) that are still on their way:
 // their outcome decides what the journal writes back, so recovery lets them land first.
@@ -51,10 +51,9 @@ export interface RecoveryOptions {
   epoch: DataEpoch;
   // Redis' clock as seen from here: the probe's answer is one more reading of it.
   storeClock: { observe(storeNowMs: number, sentAtMs: number, receivedAtMs: number): void };
-  // This process' own hits in windows (own-hits.ts), put back when Redis lost its data.
-  own: { current(storeNowMs: number): OwnEntry[] };
-  // What Redis last said of each counter (last-known.ts): a bucket's view of the fleet's use.
-  lastKnown: { all(): Iterable<Known> };
+  // This process' own hits in windows, put back when Redis lost its data, and what Redis last said
+  // of each counter: a bucket's view of the fleet's use (key-memory.ts).
+  memory: { ownCurrent(storeNowMs: number): OwnEntry[]; allKnown(): Iterable<Known> };
   // The fallback's journal (journal.ts), written back once Redis answers.
   journal: { flush(): Promise<void> };
   // The fallback's local limiter: cleared once Redis has the truth again.
@@ -120,8 +119,8 @@ export class Recovery {
   // sum would fall short. The script adds to a bucket only what its view exceeds the views
   // already put back (see lua/restore_own.lua).
   private async restore(storeNowMs: number): Promise<void> {
-    const entries = this.o.own.current(storeNowMs);
-    for (const k of this.o.lastKnown.all()) {
+    const entries = this.o.memory.ownCurrent(storeNowMs);
+    for (const k of this.o.memory.allKnown()) {
       if (isWindow(k.spec)) continue;
       const used = capacity(k.spec) - k.remaining;
       if (used > 0) entries.push({ key: k.key, ...specOf(k.spec), hits: used, atMs: k.atMs });

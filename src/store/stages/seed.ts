@@ -1,7 +1,7 @@
 import type { State } from '../../algorithms';
 import { windowStart } from '../../algorithms/types';
 import type { LimitCheck } from '../store';
-import type { Known } from './last-known';
+import type { Known } from './key-memory';
 
 // The state a replica's local fallback starts a counter from, given what Redis last said remains
 // (`known`, at Redis time) and this replica's share: the local limiter then admits at most

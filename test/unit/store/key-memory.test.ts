@@ -1,0 +1,127 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { LimitSpec } from '../../../src/algorithms';
+import { KeyMemory } from '../../../src/store/stages/key-memory';
+import type { Decision, LimitCheck, LimitOutcome } from '../../../src/store/store';
+
+// What a replica remembers per counter: what Redis last said remains (where its fallback starts),
+// and what it puts back after Redis lost its data: its own hits of the windows that still count.
+const MIN = 60_000;
+const fixed: LimitSpec & { key: string } = { key: 'k', algorithm: 'fixed_window', limit: 10, periodMs: MIN, burst: 10 };
+const sliding: LimitSpec & { key: string } = { ...fixed, key: 's', algorithm: 'sliding_window' };
+const windows = (own: KeyMemory, key: string, nowMs: number) =>
+  own
+    .ownCurrent(nowMs)
+    .filter((e) => e.key === key)
+    .map((e) => [e.windowStartMs, e.hits]);
+
+test('hits add up per window; a fixed window counts only while current, a sliding window one more', () => {
+  const own = new KeyMemory();
+  own.addOwn(fixed, 2, 10 * MIN + 5);
+  own.addOwn(fixed, 3, 10 * MIN + 9);
+  own.addOwn(sliding, 1, 10 * MIN + 5);
+  own.addOwn(sliding, 4, 11 * MIN + 1);
+  own.addOwn(fixed, 5, 11 * MIN + 1);
+  assert.deepEqual(windows(own, 'k', 11 * MIN + 2), [[11 * MIN, 5]]);
+  assert.deepEqual(windows(own, 's', 11 * MIN + 2), [
+    [10 * MIN, 1],
+    [11 * MIN, 4],
+  ]);
+  // The sliding window's older one counts no more one window later; nothing counts after two.
+  assert.deepEqual(windows(own, 's', 12 * MIN), [[11 * MIN, 4]]);
+  assert.deepEqual(windows(own, 's', 13 * MIN), []);
+  assert.deepEqual(windows(own, 'k', 13 * MIN), []);
+});
+
+test('a write-back to the window before the latest lands in it; a jump past the next window forgets the older one', () => {
+  const own = new KeyMemory();
+  own.addOwn(sliding, 4, 11 * MIN + 1);
+  // The journal writes back hits of the previous window after the latest was written.
+  own.addOwn(sliding, 2, 10 * MIN + 30);
+  own.addOwn(sliding, 1, 10 * MIN + 40);
+  assert.deepEqual(windows(own, 's', 11 * MIN + 2), [
+    [10 * MIN, 3],
+    [11 * MIN, 4],
+  ]);
+  // Older than that: counts nowhere.
+  own.addOwn(sliding, 7, 8 * MIN);
+  assert.deepEqual(windows(own, 's', 11 * MIN + 2), [
+    [10 * MIN, 3],
+    [11 * MIN, 4],
+  ]);
+  own.addOwn(sliding, 6, 14 * MIN);
+  assert.deepEqual(windows(own, 's', 14 * MIN + 1), [[14 * MIN, 6]]);
+});
+
+test('a counter whose limit changed period starts afresh; buckets and zero hits are not held', () => {
+  const own = new KeyMemory();
+  own.addOwn(fixed, 3, 10 * MIN);
+  own.addOwn({ ...fixed, periodMs: 1000 }, 2, 10 * MIN + 1);
+  assert.deepEqual(windows(own, 'k', 10 * MIN + 2), [[10 * MIN, 2]]);
+  own.addOwn({ ...fixed, key: 'b', algorithm: 'token_bucket' }, 3, 10 * MIN);
+  own.addOwn({ ...fixed, key: 'z' }, 0, 10 * MIN);
+  assert.deepEqual(
+    own.ownCurrent(10 * MIN + 2).map((e) => e.key),
+    ['k'],
+  );
+});
+
+const checkOf = (spec: LimitSpec & { key: string }, hits: number): LimitCheck => ({ ...spec, hits, mode: 'enforce' });
+const outcome = (consumed: boolean, remaining: number | undefined): LimitOutcome => ({
+  allowed: consumed,
+  consumed,
+  remaining,
+  resetMs: undefined,
+  retryAfterMs: 0,
+  usedBefore: 0,
+});
+
+test('a Redis decision leaves what remains of each limit, and the hits of those it consumed as own', () => {
+  const memory = new KeyMemory();
+  const bucket = { ...fixed, key: 'b', algorithm: 'token_bucket' } as const;
+  const checks = [checkOf(fixed, 2), checkOf(sliding, 1), checkOf(bucket, 1)];
+  const decision: Decision = { admitted: false, outcomes: [outcome(true, 8), outcome(false, 0), outcome(true, undefined)], storeTimeMs: 10 * MIN + 5 };
+  memory.decided(checks, decision);
+  assert.deepEqual(
+    [...memory.allKnown()].map((k) => [k.key, k.remaining, k.atMs]),
+    [
+      ['k', 8, 10 * MIN + 5],
+      ['s', 0, 10 * MIN + 5],
+    ],
+  );
+  assert.equal(memory.known('k')?.spec, checks[0]);
+  // Only the fixed window consumed and is a window: the bucket's use goes back as the fleet's view.
+  assert.deepEqual(windows(memory, 'k', 10 * MIN + 6), [[10 * MIN, 2]]);
+  assert.deepEqual(windows(memory, 's', 10 * MIN + 6), []);
+  assert.equal(memory.ownCurrent(10 * MIN + 6).length, 1);
+  // A fallback's answer (degraded) or one without Redis' time tells nothing.
+  memory.decided(checks, { ...decision, outcomes: [outcome(true, 1), outcome(true, 1), outcome(true, 1)], degraded: { policy: 'local', reason: 'down' } });
+  memory.decided(checks, { ...decision, outcomes: [outcome(true, 1), outcome(true, 1), outcome(true, 1)], storeTimeMs: undefined });
+  assert.equal(memory.known('k')?.remaining, 8);
+  assert.deepEqual(windows(memory, 'k', 10 * MIN + 6), [[10 * MIN, 2]]);
+});
+
+test('a counter decided again is updated in place; its own hits forgotten, what Redis said stays', () => {
+  const memory = new KeyMemory();
+  const c = checkOf(fixed, 1);
+  memory.decided([c], { admitted: true, outcomes: [outcome(true, 9)], storeTimeMs: 10 * MIN });
+  const first = memory.known('k');
+  memory.decided([c], { admitted: true, outcomes: [outcome(true, 8)], storeTimeMs: 10 * MIN + 1 });
+  assert.equal(memory.known('k'), first);
+  assert.deepEqual([first?.remaining, first?.atMs], [8, 10 * MIN + 1]);
+  // A lease's take counts as a decision that consumed what it was granted.
+  memory.granted(c, 3, 5, 10 * MIN + 2);
+  assert.deepEqual([memory.known('k')?.remaining, windows(memory, 'k', 10 * MIN + 3)], [3, [[10 * MIN, 7]]]);
+  // Windows that count nowhere any more are dropped; a counter with nothing else is forgotten.
+  memory.addOwn({ ...fixed, key: 'only-own' }, 2, 10 * MIN);
+  assert.deepEqual(memory.ownCurrent(12 * MIN), []);
+  assert.equal(memory.known('k')?.remaining, 3);
+  assert.equal(memory.known('only-own'), undefined);
+  assert.deepEqual(
+    [...memory.allKnown()].map((k) => k.key),
+    ['k'],
+  );
+  // Own hits start again after being forgotten.
+  memory.decided([c], { admitted: true, outcomes: [outcome(true, 2)], storeTimeMs: 12 * MIN + 1 });
+  assert.deepEqual(windows(memory, 'k', 12 * MIN + 2), [[12 * MIN, 1]]);
+});
