@@ -519,7 +519,8 @@ export function peerChart(rows: readonly PeerRow[], caption: string): string {
     'sluice, leases on': '#4c78a8',
     [EMPTY_HANDLER]: '#f2cf5b',
   };
-  const colour = (server: PeerServer) => colours[server] ?? (server.endsWith('off') ? '#f4a6a5' : '#9ab8d6');
+  // (Baseline rows are never charted: a comparison run leaves docs/peer.svg as it is.)
+  const colour = (server: PeerServer) => colours[server] ?? '#9e9e9e';
   const group = (r: PeerRow) => `${r.descriptors}/${r.keys}`;
   const sorted = [...new Set(rows.map(group))].flatMap((g) => rows.filter((r) => group(r) === g));
   return horizontalBars({
