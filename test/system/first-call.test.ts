@@ -118,10 +118,10 @@ test('the warm-up answers its calls before the port is bound, on a store and met
   try {
     const warm = server.logs.findIndex((l) => l.event === 'warm_up');
     assert.ok(warm >= 0 && warm < server.logs.findIndex((l) => l.event === 'listening'), 'a warm_up line before "listening"');
-    assert.equal(defaultSettings().warmUpCalls, 2048);
-    assert.equal(server.logs[warm].calls, 2048, 'every warm-up call answered');
-    // 1792 on 56 connections, 32 at once on each; 256 on one node:http2 connection.
-    assert.equal(server.logs[warm].connections, 57);
+    assert.equal(defaultSettings().warmUpCalls, 8192);
+    assert.equal(server.logs[warm].calls, 8192, 'every warm-up call answered');
+    // 7936 on 248 connections, 32 at once on each; 256 on one node:http2 connection.
+    assert.equal(server.logs[warm].connections, 249);
     const requests = async () =>
       value(parseExposition(await (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`, closing())).text()), 'sluice_requests_total');
     assert.equal(await requests(), 0);
