@@ -23,13 +23,20 @@ export interface EnvoyScale {
   workers: string;
   // Seconds of steady traffic (new tenants, at `rate`) between the cold row and the rows after it.
   warmS: number;
+  // Fresh starts (Redis, replicas, Envoy) the cold row is measured on: its figures are their sum.
+  coldStarts: number;
+  // sluice's --warm-up-calls; undefined: its default.
+  warmUpCalls?: number;
 }
 
 // BENCH_ENVOY_SCALE (default 1: 4,800 steady requests, 5 Envoy starts, 7,000 requests beside the
 // burner) scales the request counts; BENCH_ENVOY_RATE (default 800) is the paced rate;
 // BENCH_ENVOY_BURNER=0 leaves the burner rows out; BENCH_ENVOY_WORKERS (default auto) sets each
 // replica's processes (sluice) or threads (upstream); BENCH_ENVOY_WARM_S (default 20) is the steady
-// traffic between the replicas' cold row and the other rows.
+// traffic between the replicas' cold row and the other rows; BENCH_ENVOY_COLD_STARTS (default 1)
+// measures the cold row on that many fresh starts of both services (a missed decision right after
+// a start comes in clusters: one start can show 0 and the next 40); BENCH_ENVOY_WARM_UP_CALLS sets
+// sluice's --warm-up-calls (default: sluice's own default).
 export function envoyScale(env: NodeJS.ProcessEnv = process.env): EnvoyScale {
   const positive = (name: string, def: number) => {
     const raw = env[name];
@@ -45,6 +52,10 @@ export function envoyScale(env: NodeJS.ProcessEnv = process.env): EnvoyScale {
   const warmRaw = env.BENCH_ENVOY_WARM_S ?? '20';
   const warmS = Number(warmRaw);
   if (!(Number.isFinite(warmS) && warmS >= 0)) throw new Error(`BENCH_ENVOY_WARM_S=${warmRaw}: expected a number of seconds, 0 or more`);
+  const warmUpRaw = env.BENCH_ENVOY_WARM_UP_CALLS;
+  if (warmUpRaw !== undefined && !/^\d+$/.test(warmUpRaw)) throw new Error(`BENCH_ENVOY_WARM_UP_CALLS=${warmUpRaw}: expected a whole number, 0 or more`);
+  const coldStarts = positive('BENCH_ENVOY_COLD_STARTS', 1);
+  if (!Number.isInteger(coldStarts)) throw new Error(`BENCH_ENVOY_COLD_STARTS=${env.BENCH_ENVOY_COLD_STARTS}: expected a whole number above 0`);
   return {
     scale,
     rate: positive('BENCH_ENVOY_RATE', 800),
@@ -54,6 +65,8 @@ export function envoyScale(env: NodeJS.ProcessEnv = process.env): EnvoyScale {
     burner: burner === '1',
     workers,
     warmS,
+    coldStarts,
+    ...(warmUpRaw === undefined ? {} : { warmUpCalls: Number(warmUpRaw) }),
   };
 }
 
@@ -83,8 +96,10 @@ export interface Measured {
 
 export interface Figures {
   burst: Measured;
-  // The steady row right after the replicas started, before the warm-up traffic.
+  // The steady row right after the replicas started, before the warm-up traffic (summed over
+  // EnvoyScale.coldStarts starts), and Envoy's errors in it at each start.
   coldSteady: Measured;
+  coldErrors?: number[];
   steady: Measured;
   firstDecisions: Measured;
   burnerBurst?: Measured;
@@ -148,8 +163,9 @@ function rows(scale: EnvoyScale): Row[] {
       cell: ({ steady: m }) => counters(m),
     },
     {
-      label: `the same ${fmt(scale.steady)} requests right after the replicas started (1 s of traffic before; JIT-compiled code not ready yet)`,
-      cell: ({ coldSteady: m }) => counters(m),
+      label: `the same ${fmt(scale.steady)} requests right after the replicas started (1 s of traffic before; JIT-compiled code not ready yet)${scale.coldStarts > 1 ? `, ${scale.coldStarts} starts` : ''}`,
+      cell: ({ coldSteady: m, coldErrors }) =>
+        `${counters(m)}${coldErrors !== undefined && coldErrors.length > 1 ? `; errors at each start: ${coldErrors.join(', ')}` : ''}`,
     },
     {
       label: `Redis killed: requests admitted for a new tenant (limit ${FREE_LIMIT}), ${BURST} concurrent`,

@@ -72,8 +72,9 @@ function treeCpuSeconds(pids: readonly number[]): number {
   return sum;
 }
 
-async function startSluice(root: string, redis: RedisNode, workers: string): Promise<Backend> {
-  const args = ['--config', path.join(root, 'bench', 'config'), '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--workers', workers];
+async function startSluice(root: string, redis: RedisNode, scale: EnvoyScale): Promise<Backend> {
+  const args = ['--config', path.join(root, 'bench', 'config'), '--store', 'redis', '--redis-url', `127.0.0.1:${redis.port}`, '--workers', scale.workers];
+  if (scale.warmUpCalls !== undefined) args.push('--warm-up-calls', String(scale.warmUpCalls));
   // One after the other: started together, on a busy 2-core machine, each of their worker
   // processes could miss spawnShipped's time to say it listens.
   const replicas: ServerProcess[] = [];
@@ -209,45 +210,73 @@ async function withBurner(s: Stage, scale: EnvoyScale, run: string): Promise<Pic
   }
 }
 
-// Every row for one service, on its own Redis and Envoys.
-async function measureService(name: string, start: (redis: RedisNode) => Promise<Backend>, appPort: number, scale: EnvoyScale): Promise<Figures> {
-  step(`${name}: starting Redis, 2 replicas, Envoy`);
-  const run = Date.now().toString(36);
+type Start = (redis: RedisNode) => Promise<Backend>;
+
+// Redis, the service's replicas and an Envoy in front, for `work`; all stopped after it.
+async function onStage<T>(start: Start, appPort: number, work: (s: Stage, redis: RedisNode, clusters: Record<string, HostPort[]>) => Promise<T>): Promise<T> {
   const redis = await startRedis();
   let stage: Stage | undefined;
   try {
     const backend = await start(redis);
     const clusters = { upstream: [{ host: '127.0.0.1', port: appPort }], sluice: backend.endpoints };
-    const envoy = await startEnvoy(ENVOY_YAML, clusters);
-    stage = { envoy, backend, client: new EnvoyClient(envoy.port) };
-    const s = stage;
-    // Both Envoy workers connected to both replicas before the counts; new connections are row 4's.
-    await s.client.burst(Array(BURST).fill('internal'));
-    await s.client.burst(Array(BURST).fill(`warm-${run}`));
-    // A second of traffic more (unlimited tenant); then the steady row on replicas that have just
-    // started, whose code V8 has not optimised yet (sluice's CPU per request is 2-3 times its warm
-    // figure for the first 10-20 s); then warm-up traffic, so the other rows measure warm services.
-    await s.client.paced(scale.rate, scale.rate, () => 'internal');
-    step(`steady right after start: ${scale.steady} requests at ${scale.rate}/s`);
-    const coldSteady = await counted(s, () => s.client.paced(scale.steady, scale.rate, (i) => `cold-${run}-${Math.floor(i / PER_TENANT)}`));
-    step(`warm-up: ${scale.warmS} s at ${scale.rate}/s`);
-    await s.client.paced(Math.round(scale.warmS * scale.rate), scale.rate, (i) => `warm-up-${run}-${Math.floor(i / PER_TENANT)}`);
-    await awayFromWindowEdge(MINUTE_MS, 5_000);
-    step('burst');
-    const burst = await counted(s, () => s.client.burst(Array(BURST).fill(`free-${run}`)));
-    step(`steady: ${scale.steady} requests at ${scale.rate}/s`);
-    const steady = await counted(s, () => s.client.paced(scale.steady, scale.rate, (i) => `steady-${run}-${Math.floor(i / PER_TENANT)}`));
-    step(`first decisions: ${scale.starts} Envoy starts`);
-    const first = await firstDecisions(s, clusters, scale.starts, run);
-    if (scale.burner) step('beside a CPU burner');
-    const burner = scale.burner ? await withBurner(s, scale, run) : {};
-    return { burst, coldSteady, steady, firstDecisions: first, ...burner, outage: await outage(s, redis, run) };
+    try {
+      const envoy = await startEnvoy(ENVOY_YAML, clusters);
+      stage = { envoy, backend, client: new EnvoyClient(envoy.port) };
+    } catch (err) {
+      await backend.stop();
+      throw err;
+    }
+    return await work(stage, redis, clusters);
   } finally {
     stage?.client.close();
     await stage?.envoy.stop();
     await stage?.backend.stop();
     await redis.stop();
   }
+}
+
+// The first rows on a fresh stage: Envoy connected to every replica, a second of traffic, then the
+// steady row on replicas that have just started, whose code V8 has not optimised yet (sluice's CPU
+// per request is 2-3 times its warm figure for the first 10-20 s).
+async function coldRow(s: Stage, scale: EnvoyScale, run: string): Promise<Measured> {
+  // Both Envoy workers connected to both replicas before the counts; new connections are row 4's.
+  await s.client.burst(Array(BURST).fill('internal'));
+  await s.client.burst(Array(BURST).fill(`warm-${run}`));
+  await s.client.paced(scale.rate, scale.rate, () => 'internal');
+  step(`steady right after start: ${scale.steady} requests at ${scale.rate}/s`);
+  return counted(s, () => s.client.paced(scale.steady, scale.rate, (i) => `cold-${run}-${Math.floor(i / PER_TENANT)}`));
+}
+
+// Every row for one service, on its own Redis and Envoys; the cold row also on coldStarts - 1 more
+// fresh stages.
+async function measureService(name: string, start: Start, appPort: number, scale: EnvoyScale): Promise<Figures> {
+  const colds: Measured[] = [];
+  for (let i = 1; i < scale.coldStarts; i++) {
+    step(`${name}: start ${i + 1} of ${scale.coldStarts} for the cold row`);
+    colds.push(await onStage(start, appPort, (s) => coldRow(s, scale, `${Date.now().toString(36)}-${i}`)));
+  }
+  step(`${name}: starting Redis, 2 replicas, Envoy`);
+  const figures = await onStage(start, appPort, (s, redis, clusters) => measureAll(s, redis, clusters, scale));
+  colds.unshift(figures.coldSteady);
+  return { ...figures, coldSteady: sumMeasured(colds), coldErrors: colds.map((m) => m.envoy.error) };
+}
+
+async function measureAll(s: Stage, redis: RedisNode, clusters: Record<string, HostPort[]>, scale: EnvoyScale): Promise<Figures> {
+  const run = Date.now().toString(36);
+  const coldSteady = await coldRow(s, scale, run);
+  // Warm-up traffic, so the other rows measure warm services.
+  step(`warm-up: ${scale.warmS} s at ${scale.rate}/s`);
+  await s.client.paced(Math.round(scale.warmS * scale.rate), scale.rate, (i) => `warm-up-${run}-${Math.floor(i / PER_TENANT)}`);
+  await awayFromWindowEdge(MINUTE_MS, 5_000);
+  step('burst');
+  const burst = await counted(s, () => s.client.burst(Array(BURST).fill(`free-${run}`)));
+  step(`steady: ${scale.steady} requests at ${scale.rate}/s`);
+  const steady = await counted(s, () => s.client.paced(scale.steady, scale.rate, (i) => `steady-${run}-${Math.floor(i / PER_TENANT)}`));
+  step(`first decisions: ${scale.starts} Envoy starts`);
+  const first = await firstDecisions(s, clusters, scale.starts, run);
+  if (scale.burner) step('beside a CPU burner');
+  const burner = scale.burner ? await withBurner(s, scale, run) : {};
+  return { burst, coldSteady, steady, firstDecisions: first, ...burner, outage: await outage(s, redis, run) };
 }
 
 export interface EnvoyInFront {
@@ -274,7 +303,7 @@ export async function envoyInFrontBench(scale: EnvoyScale): Promise<EnvoyInFront
   await new Promise<void>((resolve) => app.listen(0, '127.0.0.1', resolve));
   const appPort = (app.address() as AddressInfo).port;
   try {
-    const sluice = await measureService('sluice', (redis) => startSluice(root, redis, scale.workers), appPort, scale);
+    const sluice = await measureService('sluice', (redis) => startSluice(root, redis, scale), appPort, scale);
     let upstream: Figures | string = UPSTREAM_MISSING;
     let install = '';
     if (goAvailable()) {
@@ -288,7 +317,7 @@ export async function envoyInFrontBench(scale: EnvoyScale): Promise<EnvoyInFront
     }
     const commands = [
       `${envoyBin} -c <envoy/envoy.yaml, addresses rewritten> --disable-hot-restart --concurrency 2 (test/support/envoy.ts startEnvoy)`,
-      `sluice x${REPLICAS}: node dist/src/main.js serve --config <dir>/bench/config --store redis --redis-url 127.0.0.1:<port> --workers ${scale.workers}`,
+      `sluice x${REPLICAS}: node dist/src/main.js serve --config <dir>/bench/config --store redis --redis-url 127.0.0.1:<port> --workers ${scale.workers}${scale.warmUpCalls === undefined ? '' : ` --warm-up-calls ${scale.warmUpCalls}`}`,
       `upstream x${REPLICAS}: GOMAXPROCS=${goMaxProcs(scale.workers)} BACKEND_TYPE=redis REDIS_URL=127.0.0.1:<port> RUNTIME_ROOT=<dir> RUNTIME_SUBDIRECTORY=bench service_cmd${install ? ` (${install})` : ''}`,
       'rules: BENCH_RULES in bench/envoy-in-front.ts (the same file for both); clients: HTTP/1.1 GET / with x-tenant-id (bench/envoy-load.ts)',
     ];

@@ -256,7 +256,7 @@ async function envoyInFrontSection(): Promise<void> {
     process.exitCode = 2;
     return;
   }
-  const knobs = `${scale.scale === 1 ? '' : `BENCH_ENVOY_SCALE=${scale.scale} `}${scale.burner ? '' : 'BENCH_ENVOY_BURNER=0 '}${scale.workers === 'auto' ? '' : `BENCH_ENVOY_WORKERS=${scale.workers} `}${scale.warmS === 20 ? '' : `BENCH_ENVOY_WARM_S=${scale.warmS} `}`;
+  const knobs = `${scale.scale === 1 ? '' : `BENCH_ENVOY_SCALE=${scale.scale} `}${scale.burner ? '' : 'BENCH_ENVOY_BURNER=0 '}${scale.workers === 'auto' ? '' : `BENCH_ENVOY_WORKERS=${scale.workers} `}${scale.warmS === 20 ? '' : `BENCH_ENVOY_WARM_S=${scale.warmS} `}${scale.coldStarts === 1 ? '' : `BENCH_ENVOY_COLD_STARTS=${scale.coldStarts} `}${scale.warmUpCalls === undefined ? '' : `BENCH_ENVOY_WARM_UP_CALLS=${scale.warmUpCalls} `}`;
   console.log(
     `\nEnvoy in front (bench/envoy-in-front.ts): envoy/envoy.yaml, addresses rewritten only, in front of 2 sluice replicas on one Redis, then of 2 envoyproxy/ratelimit replicas on another; Envoy's own counters (cluster.upstream.ratelimit.*, admin /stats) per row:`,
   );

@@ -45,7 +45,17 @@ describe('bench: Envoy in front', () => {
   });
 
   test('knobs: defaults, a short run, and a bad value named', () => {
-    assert.deepEqual(envoyScale({}), { scale: 1, rate: 800, steady: 4800, starts: 5, burnerSteady: 7000, burner: true, workers: 'auto', warmS: 20 });
+    assert.deepEqual(envoyScale({}), {
+      scale: 1,
+      rate: 800,
+      steady: 4800,
+      starts: 5,
+      burnerSteady: 7000,
+      burner: true,
+      workers: 'auto',
+      warmS: 20,
+      coldStarts: 1,
+    });
     assert.deepEqual(envoyScale({ BENCH_ENVOY_SCALE: '0.1', BENCH_ENVOY_BURNER: '0' }), {
       scale: 0.1,
       rate: 800,
@@ -55,6 +65,7 @@ describe('bench: Envoy in front', () => {
       burner: false,
       workers: 'auto',
       warmS: 20,
+      coldStarts: 1,
     });
     assert.equal(envoyScale({ BENCH_ENVOY_WARM_S: '0' }).warmS, 0);
     assert.throws(() => envoyScale({ BENCH_ENVOY_WARM_S: '-1' }), /BENCH_ENVOY_WARM_S=-1: expected a number of seconds, 0 or more/);
@@ -63,6 +74,18 @@ describe('bench: Envoy in front', () => {
     assert.throws(() => envoyScale({ BENCH_ENVOY_BURNER: 'yes' }), /BENCH_ENVOY_BURNER=yes: expected 0 or 1/);
     assert.equal(envoyScale({ BENCH_ENVOY_WORKERS: '1' }).workers, '1');
     assert.throws(() => envoyScale({ BENCH_ENVOY_WORKERS: '0' }), /BENCH_ENVOY_WORKERS=0: expected auto or a whole number above 0/);
+    assert.equal(envoyScale({ BENCH_ENVOY_COLD_STARTS: '6' }).coldStarts, 6);
+    assert.throws(() => envoyScale({ BENCH_ENVOY_COLD_STARTS: '1.5' }), /BENCH_ENVOY_COLD_STARTS=1.5: expected a whole number above 0/);
+    assert.equal(envoyScale({ BENCH_ENVOY_WARM_UP_CALLS: '2048' }).warmUpCalls, 2048);
+    assert.throws(() => envoyScale({ BENCH_ENVOY_WARM_UP_CALLS: 'many' }), /BENCH_ENVOY_WARM_UP_CALLS=many: expected a whole number, 0 or more/);
+  });
+
+  test('the cold row: summed over its starts, with the errors at each', () => {
+    const scale = envoyScale({ BENCH_ENVOY_COLD_STARTS: '3' });
+    const row = envoyInFrontTable(scale, { ...figures, coldErrors: [0, 100, 0] }, 'not run')
+      .split('\n')
+      .find((l) => l.includes('right after the replicas started'));
+    assert.match(row ?? '', /, 3 starts \| ok 4,700 \/ over_limit 0 \/ error 100, service CPU 500 µs\/request; errors at each start: 0, 100, 0 \| – \|$/);
   });
 
   test("the table: Envoy's counters for each service side by side", () => {
