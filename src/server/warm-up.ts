@@ -31,9 +31,12 @@ export const SHOULD_RATE_LIMIT = '/envoy.service.ratelimit.v3.RateLimitService/S
 // connection reuse its HPACK table, as Envoy's do). V8 optimises a function only after it has run
 // often: 32 calls compiled the path but left it in baseline code, and a replica then spent its
 // first seconds of Envoy traffic at 2-3 times its warm cost per call (docs/performance.md, "Envoy
-// in front"); 2048 calls (0.35-0.5 s of start-up on 2 cores) took most of that away, but still let
-// 30 of 43,200 decisions right after a start miss Envoy's 20 ms on 2 shared cores, and 8192 (0.7 s
-// on the memory store, 1 s on Redis) none.
+// in front"); 2048 calls (0.35-0.5 s of start-up on 2 cores) took most of that away, and 8192 more.
+// But calls that come MAX_STREAMS to a read also come MAX_STREAMS to a store batch: 8192 of them
+// were 265 Redis script calls, too few for V8 to optimise what runs once per batch or per read
+// (the store's batch, ioredis' command and reply, the socket's read), which it then did under the
+// first real load, where Envoy's calls at a moderate rate come one to a read. So half the calls go
+// one after another on SEQUENTIAL_LANES connections (sequentialShare).
 const MIN_CONNECTIONS = 16;
 const MAX_STREAMS = 32;
 const CALL_TIMEOUT_MS = 2000;
@@ -129,6 +132,52 @@ export function callOnNewConnection(port: number, bytes: Buffer, streams = 1, ti
   });
 }
 
+// Of `calls`, those made one after another (oneByOne, on SEQUENTIAL_LANES connections at once): half
+// of what nghttp2Share leaves, none below 64.
+export const SEQUENTIAL_LANES = 4;
+export function sequentialShare(calls: number): number {
+  return calls < 64 ? 0 : Math.floor((calls - nghttp2Share(calls)) / 2);
+}
+
+// `calls` calls on one new connection, each sent once the one before has been answered. Resolves
+// with the calls answered (fewer after an error or timeoutMs).
+export function oneByOne(port: number, request: RateLimitRequest, calls: number, timeoutMs = CALL_TIMEOUT_MS): Promise<number> {
+  const opening = callBytes(request, `127.0.0.1:${port}`, '1S');
+  // The call's HEADERS and DATA, after the preface and SETTINGS, with the stream id at 5 of each.
+  const frames = opening.subarray(PREFACE.length + 9);
+  const dataAt = 9 + frames.readUIntBE(0, 3);
+  const call = (i: number) => {
+    const next = Buffer.from(frames);
+    next.writeUInt32BE(2 * i + 1, 5);
+    next.writeUInt32BE(2 * i + 1, dataAt + 5);
+    return next;
+  };
+  return new Promise((resolve) => {
+    const socket = net.connect({ port, host: '127.0.0.1', noDelay: true });
+    let input: Buffer = Buffer.alloc(0);
+    let answered = 0;
+    const done = () => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(answered);
+    };
+    const timer = setTimeout(done, timeoutMs);
+    socket.once('connect', () => socket.write(opening));
+    socket.on('error', done);
+    socket.on('close', done);
+    socket.on('data', (chunk: Buffer) => {
+      input = input.length === 0 ? chunk : Buffer.concat([input, chunk]);
+      while (input.length >= 9 && input.length >= 9 + input.readUIntBE(0, 3)) {
+        const [type, flags] = [input[3], input[4]];
+        input = input.subarray(9 + input.readUIntBE(0, 3));
+        if (type !== HEADERS || (flags & END_STREAM) === 0) continue;
+        if (++answered === calls) return done();
+        socket.write(call(answered));
+      }
+    });
+  });
+}
+
 // Of `calls`, those made through node:http2's client on one connection (nghttp2Calls): an eighth,
 // at most 256; none below 64.
 export function nghttp2Share(calls: number): number {
@@ -173,7 +222,8 @@ export async function nghttp2Calls(port: number, request: RateLimitRequest, call
 }
 
 // Binds `scratch` on a loopback port of its own, answers about `calls` calls on new connections one
-// after another (warmUpPlan; nghttp2Share of them through node:http2's client) and closes it.
+// after another (warmUpPlan; sequentialShare of them one by one, nghttp2Share through node:http2's
+// client) and closes it.
 // Resolves with the calls answered and the connections opened; a failure only means a colder start.
 export async function warmUp(
   scratch: GrpcListener,
@@ -182,7 +232,8 @@ export async function warmUp(
   calls: number,
 ): Promise<{ answered: number; connections: number }> {
   const viaNghttp2 = nghttp2Share(calls);
-  const { connections, streams } = warmUpPlan(calls - viaNghttp2);
+  const sequential = sequentialShare(calls);
+  const { connections, streams } = warmUpPlan(calls - viaNghttp2 - sequential);
   const port = await scratch.bind('127.0.0.1', 0, undefined, { exclusive: true });
   const bytes = callBytes(request, `127.0.0.1:${port}`, '1S', streams);
   let answered = 0;
@@ -195,6 +246,13 @@ export async function warmUp(
     }
   } catch {
     opened++; // counted: fewer answered
+  }
+  if (sequential > 0 && performance.now() < stopAt) {
+    const lane = Math.ceil(sequential / SEQUENTIAL_LANES);
+    const left = stopAt - performance.now();
+    const lanes = await Promise.all(Array.from({ length: SEQUENTIAL_LANES }, () => oneByOne(port, request, lane, left)));
+    answered += lanes.reduce((a, b) => a + b, 0);
+    opened += SEQUENTIAL_LANES;
   }
   if (viaNghttp2 > 0 && performance.now() < stopAt) {
     answered += await nghttp2Calls(port, request, viaNghttp2).catch(() => 0);

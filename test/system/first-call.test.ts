@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
-import { callBytes, callOnNewConnection, LooseStore, nghttp2Calls, nghttp2Share, warmUpPlan } from '../../src/server/warm-up';
+import { callBytes, callOnNewConnection, LooseStore, nghttp2Calls, nghttp2Share, oneByOne, sequentialShare, warmUpPlan } from '../../src/server/warm-up';
 import { MemoryStore } from '../../src/store/memory';
 import type { DecideOptions, Decision, LimitCheck } from '../../src/store/store';
 import { defaultSettings } from '../../src/settings';
@@ -120,8 +120,9 @@ test('the warm-up answers its calls before the port is bound, on a store and met
     assert.ok(warm >= 0 && warm < server.logs.findIndex((l) => l.event === 'listening'), 'a warm_up line before "listening"');
     assert.equal(defaultSettings().warmUpCalls, 8192);
     assert.equal(server.logs[warm].calls, 8192, 'every warm-up call answered');
-    // 7936 on 248 connections, 32 at once on each; 256 on one node:http2 connection.
-    assert.equal(server.logs[warm].connections, 249);
+    // 3968 on 124 connections, 32 at once on each; 3968 one after another on 4; 256 on one
+    // node:http2 connection.
+    assert.equal(server.logs[warm].connections, 129);
     const requests = async () =>
       value(parseExposition(await (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`, closing())).text()), 'sluice_requests_total');
     assert.equal(await requests(), 0);
@@ -156,8 +157,20 @@ test('WARM_UP_CALLS=0 starts without a warm-up; a small number still opens a con
   }
 });
 
+test('oneByOne: each call sent once the one before is answered, on one connection, every one counted by the service', async () => {
+  const server = await spawnServer(['--config', path.join(dir, 'config'), '--workers', '1'], { WARM_UP_CALLS: '0' });
+  try {
+    assert.equal(await oneByOne(server.grpcPort, request, 40, 5000), 40);
+    const text = await (await fetch(`http://127.0.0.1:${server.httpPort}/metrics`, closing())).text();
+    assert.equal(value(parseExposition(text), 'sluice_requests_total'), 40);
+  } finally {
+    await server.stop();
+  }
+});
+
 test('warmUpPlan: at least 16 connections, at most 32 calls at once on each, at least the calls asked, fewer than one more per connection', () => {
   assert.deepEqual([0, 63, 64, 2048, 4096].map(nghttp2Share), [0, 0, 8, 256, 256]);
+  assert.deepEqual([0, 63, 64, 2048, 8192].map(sequentialShare), [0, 0, 28, 896, 3968]);
   assert.deepEqual(warmUpPlan(0), { connections: 0, streams: 0 });
   assert.deepEqual(warmUpPlan(1), { connections: 1, streams: 1 });
   assert.deepEqual(warmUpPlan(16), { connections: 16, streams: 1 });
