@@ -52,7 +52,7 @@ export const SERVER_ROWS = [
     env: ['WARM_UP_CALLS'],
     kind: 'count',
     def: 8192,
-    help: "calls the gRPC path answers over loopback before the gRPC port opens, so that V8 has compiled and optimised it before Envoy's first call (at 8192, 0.7-1 s of start-up on a 2-core machine, at most 3 s); on a store of its own: with STORE=redis its own connections and keys under CACHE_KEY_PREFIX + 'warm-up:' that expire within seconds, so no counter of the service moves; 0: none (GRPC_SERVER_IMPL=sluice or http2)",
+    help: "calls the gRPC path answers over loopback before the gRPC port opens, so that V8 has compiled and optimised it before Envoy's first call (at 8192, 0.75 s of start-up on a 2-core machine with the memory store, 1.2-1.4 s with Redis, at most 3 s); on a store of its own: with STORE=redis its own connections and keys under CACHE_KEY_PREFIX + 'warm-up:' that expire within seconds, so no counter of the service moves; 0: none (GRPC_SERVER_IMPL=sluice or http2)",
   },
   {
     key: 'rlqsAssignmentTtlMs',
