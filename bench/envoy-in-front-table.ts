@@ -97,7 +97,8 @@ export interface Measured {
 export interface Figures {
   burst: Measured;
   // The steady row right after the replicas started, before the warm-up traffic (summed over
-  // EnvoyScale.coldStarts starts), and Envoy's errors in it at each start.
+  // EnvoyScale.coldStarts starts), and Envoy's errors in it at each start: the start of the full
+  // run (the last) first, then the cold row's own starts in the order they ran.
   coldSteady: Measured;
   coldErrors?: number[];
   steady: Measured;

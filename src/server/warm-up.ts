@@ -330,7 +330,7 @@ const LOOSE = 1_000_000;
 // Every field of a check but `layout` (toCheck adds it last, and only for upstream's keys), each
 // required even where optional: a field added to LimitCheck must be copied in loosen() too.
 type EveryField = { [K in Exclude<keyof LimitCheck, 'layout'>]-?: LimitCheck[K] };
-// Returning tenants: 8192 calls, half of them on 16 keys, is 256 calls each in 0.7-1 s.
+// Returning tenants: 8192 calls, half of them on 16 keys, is 256 calls each in 0.75-1.4 s.
 const RETURNING = 16;
 // Longer than a second, so that REDIS_PERSECOND sends each warm-up call where its rule's go.
 const SHORT_PERIOD_MS = 2000;
