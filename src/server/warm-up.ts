@@ -109,7 +109,6 @@ export function callOnNewConnection(port: number, bytes: Buffer, streams = 1, ti
   return new Promise((resolve, reject) => {
     const started = performance.now();
     const socket = net.connect({ port, host: '127.0.0.1', noDelay: true });
-    let input: Buffer = Buffer.alloc(0);
     let ended = 0;
     const done = (err?: Error) => {
       clearTimeout(timer);
@@ -121,14 +120,23 @@ export function callOnNewConnection(port: number, bytes: Buffer, streams = 1, ti
     socket.once('connect', () => socket.write(bytes));
     socket.on('error', done);
     socket.on('close', () => done(new Error(`connection closed after ${ended} of ${streams} answers`)));
-    socket.on('data', (chunk: Buffer) => {
-      input = input.length === 0 ? chunk : Buffer.concat([input, chunk]);
-      while (input.length >= 9 && input.length >= 9 + input.readUIntBE(0, 3)) {
-        const [type, flags] = [input[3], input[4]];
-        input = input.subarray(9 + input.readUIntBE(0, 3));
-        if (type === HEADERS && (flags & END_STREAM) !== 0 && ++ended === streams) return done();
-      }
+    onAnswers(socket, () => {
+      if (++ended === streams) done();
     });
+  });
+}
+
+// Calls `answered` for each call the server ends on `socket` (HEADERS with END_STREAM: its
+// trailers).
+function onAnswers(socket: net.Socket, answered: () => void): void {
+  let input: Buffer = Buffer.alloc(0);
+  socket.on('data', (chunk: Buffer) => {
+    input = input.length === 0 ? chunk : Buffer.concat([input, chunk]);
+    while (input.length >= 9 && input.length >= 9 + input.readUIntBE(0, 3)) {
+      const [type, flags] = [input[3], input[4]];
+      input = input.subarray(9 + input.readUIntBE(0, 3));
+      if (type === HEADERS && (flags & END_STREAM) !== 0) answered();
+    }
   });
 }
 
@@ -154,7 +162,6 @@ export function oneByOne(port: number, request: RateLimitRequest, calls: number,
   };
   return new Promise((resolve) => {
     const socket = net.connect({ port, host: '127.0.0.1', noDelay: true });
-    let input: Buffer = Buffer.alloc(0);
     let answered = 0;
     const done = () => {
       clearTimeout(timer);
@@ -165,15 +172,9 @@ export function oneByOne(port: number, request: RateLimitRequest, calls: number,
     socket.once('connect', () => socket.write(opening));
     socket.on('error', done);
     socket.on('close', done);
-    socket.on('data', (chunk: Buffer) => {
-      input = input.length === 0 ? chunk : Buffer.concat([input, chunk]);
-      while (input.length >= 9 && input.length >= 9 + input.readUIntBE(0, 3)) {
-        const [type, flags] = [input[3], input[4]];
-        input = input.subarray(9 + input.readUIntBE(0, 3));
-        if (type !== HEADERS || (flags & END_STREAM) === 0) continue;
-        if (++answered === calls) return done();
-        socket.write(call(answered));
-      }
+    onAnswers(socket, () => {
+      if (++answered >= calls) done();
+      else socket.write(call(answered));
     });
   });
 }
