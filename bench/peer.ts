@@ -88,6 +88,13 @@ export interface PeerRow {
   // sluice only: answers not decided by Redis (must be 0), and hits served from leases.
   degraded?: number;
   leaseServed?: number;
+  // Every round of the row, in order (the row's figures are its best one): what baselineLines pairs.
+  rounds?: RoundFigures[];
+}
+
+export interface RoundFigures {
+  reqPerSec: number;
+  serverCpuUsPerReq: number;
 }
 
 export interface PeerBench {
@@ -380,6 +387,7 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
     // Rounds alternate between the services; the best (highest rate) round of each is kept. The
     // distinct-key rows send half as many requests (each a key of its own, as in `decisions`).
     const best = new Map<string, Measured>();
+    const every = new Map<string, RoundFigures[]>();
     const shapes = ([1, 3] as const).flatMap((descriptors) => KEY_COUNTS.map((keys) => ({ descriptors, keys })));
     for (const { descriptors, keys } of shapes) {
       for (let round = 0; round < rounds; round++) {
@@ -387,6 +395,7 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
           const m = await measureRow(t, redis, descriptors, keys, keys > 1 ? Math.round(requests / 2) : requests);
           const k = `${t.name}/${descriptors}/${keys}`;
           if (!best.has(k) || best.get(k)!.reqPerSec < m.reqPerSec) best.set(k, m);
+          every.set(k, [...(every.get(k) ?? []), { reqPerSec: m.reqPerSec, serverCpuUsPerReq: m.serverCpuUsPerReq }]);
         }
       }
     }
@@ -399,6 +408,7 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
         const m = best.get(`${t.name}/${descriptors}/${keys}`)!;
         rows.push({
           ...m,
+          rounds: every.get(`${t.name}/${descriptors}/${keys}`),
           rateRatio: m.reqPerSec / ref.reqPerSec,
           cpuRatio: m.serverCpuUsPerReq / ref.serverCpuUsPerReq,
           redisRatio: m.redisCpuUsPerDescriptor / ref.redisCpuUsPerDescriptor,
@@ -480,19 +490,42 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
   }
 }
 
-// This build against the baseline's, per row and leases setting: rate and server CPU per request.
+// This build against the baseline's, per row and leases setting: rate and server CPU per request of
+// the best rounds, and each round's CPU against the baseline's in the same round (the two run a few
+// seconds apart, so a noisy minute moves both): the median of those ratios and their range. Last,
+// the median of every such ratio of the run: the one figure for "what did this change cost".
 export function baselineLines(rows: readonly PeerRow[], baseline: Baseline): string[] {
   const out: string[] = [];
+  const all: number[] = [];
   for (const r of rows.filter((x) => x.server.startsWith('sluice, '))) {
     const leases = r.server.slice('sluice, '.length);
     const b = rows.find((x) => x.server === `baseline ${baseline.label}, ${leases}` && x.descriptors === r.descriptors && x.keys === r.keys);
     if (b === undefined) continue;
     const shape = `${r.descriptors} descriptor${r.descriptors === 1 ? '' : 's'}, ${r.keys === 1 ? 'one hot key' : `${r.keys.toLocaleString('en-US')} keys`}, ${leases}`;
+    const ratios = pairedCpuRatios(r.rounds, b.rounds);
+    all.push(...ratios);
+    const paired = ratios.length === 0 ? '' : `; paired rounds: CPU ${ratioSpread(ratios)}`;
     out.push(
-      `${shape}: decisions/s ${(r.reqPerSec / b.reqPerSec).toFixed(2)}×, server CPU per request ${(r.serverCpuUsPerReq / b.serverCpuUsPerReq).toFixed(2)}× the baseline's`,
+      `${shape}: decisions/s ${(r.reqPerSec / b.reqPerSec).toFixed(2)}×, server CPU per request ${(r.serverCpuUsPerReq / b.serverCpuUsPerReq).toFixed(2)}× the baseline's (best rounds)${paired}`,
     );
   }
+  if (all.length > 0) out.push(`every row and round: server CPU per request ${ratioSpread(all)} the baseline's`);
   return out;
+}
+
+// This build's CPU per request over the baseline's, round by round (none unless both have rounds).
+function pairedCpuRatios(own: readonly RoundFigures[] | undefined, base: readonly RoundFigures[] | undefined): number[] {
+  if (own === undefined || base === undefined) return [];
+  const n = Math.min(own.length, base.length);
+  return Array.from({ length: n }, (_, i) => own[i].serverCpuUsPerReq / base[i].serverCpuUsPerReq);
+}
+
+// "median 1.02× (n 10, 0.91–1.14)": the median of the ratios, how many, and their range.
+function ratioSpread(ratios: readonly number[]): string {
+  const sorted = [...ratios].sort((a, b) => a - b);
+  const mid = sorted.length / 2;
+  const median = sorted.length % 2 === 1 ? sorted[Math.floor(mid)] : (sorted[mid - 1] + sorted[mid]) / 2;
+  return `median ${median.toFixed(2)}× (n ${sorted.length}, ${sorted[0].toFixed(2)}–${sorted[sorted.length - 1].toFixed(2)})`;
 }
 
 // The README's table: one row per service and request, ratios to the better upstream row.

@@ -56,9 +56,29 @@ test("baselineLines: each sluice row against the baseline's row of the same shap
     row('sluice, leases off', 3, 100_000, 10000, 60),
     row('baseline abc1234, leases off', 3, 100_000, 8000, 75),
   ];
+  // Rows without their rounds: the best rounds only, and no line over every round.
   assert.deepEqual(baselineLines(rows, baseline), [
-    "1 descriptor, one hot key, leases off: decisions/s 0.75×, server CPU per request 1.25× the baseline's",
-    "1 descriptor, one hot key, leases on: decisions/s 1.00×, server CPU per request 0.80× the baseline's",
-    "3 descriptors, 100,000 keys, leases off: decisions/s 1.25×, server CPU per request 0.80× the baseline's",
+    "1 descriptor, one hot key, leases off: decisions/s 0.75×, server CPU per request 1.25× the baseline's (best rounds)",
+    "1 descriptor, one hot key, leases on: decisions/s 1.00×, server CPU per request 0.80× the baseline's (best rounds)",
+    "3 descriptors, 100,000 keys, leases off: decisions/s 1.25×, server CPU per request 0.80× the baseline's (best rounds)",
+  ]);
+});
+
+test("baselineLines: each round's CPU against the baseline's in the same round, per row and over the run", () => {
+  const baseline = { dir: '/b', main: '/b/dist/src/main.js', label: 'abc1234' };
+  const rounds = (...cpu: number[]) => cpu.map((c) => ({ reqPerSec: 1e6 / c, serverCpuUsPerReq: c }));
+  // Leases off: the best rounds say 20 against 25 µs, 0.80×; round by round this build costs 0.50×,
+  // 0.88× and 1.20× the baseline's, median 0.88×: a noisy round (the baseline's 40) is one ratio of
+  // three, not the whole comparison.
+  const rows: PeerRow[] = [
+    { ...row('sluice, leases off', 1, 1, 50000, 20), rounds: rounds(20, 22, 30) },
+    { ...row('baseline abc1234, leases off', 1, 1, 40000, 25), rounds: rounds(40, 25, 25) },
+    { ...row('sluice, leases on', 1, 1, 50000, 20), rounds: rounds(20, 33) },
+    { ...row('baseline abc1234, leases on', 1, 1, 50000, 20), rounds: rounds(20, 30) },
+  ];
+  assert.deepEqual(baselineLines(rows, baseline), [
+    "1 descriptor, one hot key, leases off: decisions/s 1.25×, server CPU per request 0.80× the baseline's (best rounds); paired rounds: CPU median 0.88× (n 3, 0.50–1.20)",
+    "1 descriptor, one hot key, leases on: decisions/s 1.00×, server CPU per request 1.00× the baseline's (best rounds); paired rounds: CPU median 1.05× (n 2, 1.00–1.10)",
+    "every row and round: server CPU per request median 1.00× (n 5, 0.50–1.20) the baseline's",
   ]);
 });
