@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { RateLimitRequest, RateLimitResponse, RateLimitResponse_Code as Code } from '../../src/gen/envoy/service/ratelimit/v3/rls';
 import { HealthClient } from '../../src/gen/grpc/health/v1/health';
-import { encodeMessage } from '../../src/server/h2grpc/framing';
+import { encodeMessage, parseTimeout } from '../../src/server/h2grpc/framing';
 import { H2GrpcServer } from '../../src/server/h2grpc/server';
 import { createLogger } from '../../src/logger';
 import { d, type Running, startApp } from '../support/app';
@@ -175,6 +175,21 @@ describe('raw HTTP/2 edge cases: the sluice and http2 servers answer as grpc-js 
     assert.equal(encodeMessage('plain: text (ok)'), 'plain: text (ok)');
     assert.equal(encodeMessage('domain é at 100%\n'), 'domain %C3%A9 at 100%25%0A');
     assert.equal(decodeURIComponent(encodeMessage('domain é at 100%\n')), 'domain é at 100%\n');
+  });
+
+  test('grpc-timeout in every unit, read as grpc-js reads it (whole ms, rounded down)', () => {
+    const cases: [string, number | undefined][] = [
+      ['2H', 7_200_000],
+      ['3M', 180_000],
+      ['1S', 1000],
+      ['20m', 20],
+      ['1500u', 1],
+      ['999u', 0],
+      ['3000000n', 3],
+      ['soon', undefined],
+      ['20', undefined],
+    ];
+    for (const [header, ms] of cases) assert.equal(parseTimeout(header), ms, header);
   });
 });
 
