@@ -17,7 +17,7 @@ export interface ServerProcess {
 }
 
 // The warm-up calls of a test's service: the default's 8192 take 0.7-1 s of each of the suite's
-// hundreds of starts; 32 still runs the whole path once. test/system/first-call.test.ts and the
+// hundreds of starts; 32 still runs the whole path once. test/system/first-call.test.ts and
 // the bench (spawnShipped) get the default.
 export const TEST_WARM_UP_CALLS = 32;
 
