@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { LimitSpec } from '../../../src/algorithms';
+import { specOf } from '../../../src/algorithms/types';
 import { KeyMemory } from '../../../src/store/stages/key-memory';
 import type { Decision, LimitCheck, LimitOutcome } from '../../../src/store/store';
 
@@ -89,7 +90,7 @@ test('a Redis decision leaves what remains of each limit, and the hits of those 
       ['s', 0, 10 * MIN + 5],
     ],
   );
-  assert.equal(memory.known('k')?.spec, checks[0]);
+  assert.deepEqual(memory.known('k')?.spec, specOf(fixed));
   // Only the fixed window consumed and is a window: the bucket's use goes back as the fleet's view.
   assert.deepEqual(windows(memory, 'k', 10 * MIN + 6), [[10 * MIN, 2]]);
   assert.deepEqual(windows(memory, 's', 10 * MIN + 6), []);
@@ -99,6 +100,27 @@ test('a Redis decision leaves what remains of each limit, and the hits of those 
   memory.decided(checks, { ...decision, outcomes: [outcome(true, 1), outcome(true, 1), outcome(true, 1)], storeTimeMs: undefined });
   assert.equal(memory.known('k')?.remaining, 8);
   assert.deepEqual(windows(memory, 'k', 10 * MIN + 6), [[10 * MIN, 2]]);
+});
+
+test('a counter keeps a spec shared by every counter of that spec, never the check it was decided with', () => {
+  // The checks are objects per request: kept, every new key would keep one alive long after its
+  // request. Counters of the same spec share one object; more specs than are shared still keep
+  // each counter's own.
+  const memory = new KeyMemory();
+  const decide = (spec: LimitSpec & { key: string }) => {
+    const c = checkOf(spec, 1);
+    memory.decided([c], { admitted: true, outcomes: [outcome(true, 5)], storeTimeMs: 10 * MIN });
+    return c;
+  };
+  const a = decide({ ...fixed, key: 'a' });
+  decide({ ...fixed, key: 'b' });
+  assert.notEqual(memory.known('a')?.spec, a);
+  assert.equal(memory.known('a')?.spec, memory.known('b')?.spec);
+  assert.deepEqual(memory.known('a')?.spec, specOf(fixed));
+  for (let i = 0; i < 40; i++) decide({ ...sliding, key: `n${i}`, limit: i + 1 });
+  for (let i = 0; i < 40; i++) assert.deepEqual(memory.known(`n${i}`)?.spec, { ...specOf(sliding), limit: i + 1 });
+  assert.deepEqual(windows(memory, 'n39', 10 * MIN + 1), [[10 * MIN, 1]]);
+  assert.deepEqual(memory.known('a')?.spec, specOf(fixed));
 });
 
 test('a counter decided again holds the latest answer; its own hits forgotten, what Redis said stays', () => {
