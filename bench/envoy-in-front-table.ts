@@ -1,3 +1,5 @@
+import { STEAL_STALL_MS } from './host-steal';
+
 // The "Envoy in front" section's knobs and table (bench/envoy-in-front.ts measures): plain data
 // and strings, so that a test can check them without starting anything.
 
@@ -92,6 +94,11 @@ export interface Measured {
   degraded?: number;
   // CPU the service's processes used during the row (both replicas, every worker), ms.
   cpuMs?: number;
+  // CPU time the hypervisor took from this machine during the row (all cores, ms), and the errors
+  // that came right after STEAL_STALL_MS or more of it (bench/host-steal.ts); undefined where the
+  // machine reports no steal.
+  stealMs?: number;
+  errorsInSteal?: number;
 }
 
 export interface Figures {
@@ -125,6 +132,9 @@ export function sumMeasured(parts: readonly Measured[]): Measured {
     },
     degraded: a.degraded === undefined || b.degraded === undefined ? undefined : a.degraded + b.degraded,
     cpuMs: a.cpuMs === undefined || b.cpuMs === undefined ? undefined : a.cpuMs + b.cpuMs,
+    ...(a.stealMs === undefined || b.stealMs === undefined
+      ? {}
+      : { stealMs: a.stealMs + b.stealMs, errorsInSteal: (a.errorsInSteal ?? 0) + (b.errorsInSteal ?? 0) }),
   });
   return parts.reduce(add);
 }
@@ -143,6 +153,10 @@ function counters(m: Measured): string {
   if (m.degraded) notes.push(`${fmt(m.degraded)} decided without Redis`);
   // /proc counts CPU in 10 ms ticks: a burst of a few dozen requests would read as 0 or 500 µs each.
   if (m.cpuMs !== undefined && m.n >= CPU_MIN_REQUESTS) notes.push(`service CPU ${fmt((m.cpuMs * 1000) / m.n)} µs/request`);
+  if (m.stealMs !== undefined && (m.stealMs > 0 || e.error > 0)) {
+    const inSteal = e.error > 0 ? `, ${fmt(m.errorsInSteal ?? 0)} of the ${fmt(e.error)} errors right after ${STEAL_STALL_MS} ms or more of it` : '';
+    notes.push(`host steal ${fmt(m.stealMs)} ms${inSteal}`);
+  }
   return notes.join(', ');
 }
 

@@ -20,6 +20,7 @@ import {
   sumMeasured,
 } from './envoy-in-front-table';
 import { processCpuSeconds } from './cpu';
+import { watchSteal } from './host-steal';
 import { metricSum, waitReady } from './fleet';
 import { goAvailable, type Running, startUpstream, UPSTREAM_MISSING, upstreamBinary } from './peer';
 import { childrenOf } from './process-memory';
@@ -144,7 +145,9 @@ interface Stage {
 // What Envoy counted and its clients got while `work` ran (nothing else goes through meanwhile).
 async function counted(s: Stage, work: () => Promise<Answer[]>): Promise<Measured> {
   const [c0, d0, cpu0] = [await filterCounts(s.envoy), await s.backend.degraded(), s.backend.cpuSeconds()];
+  const watch = await watchSteal(async () => (await filterCounts(s.envoy)).error);
   const answers = await work();
+  const steal = await watch.stop();
   const cpu1 = s.backend.cpuSeconds();
   const [c1, d1] = [await filterCounts(s.envoy), await s.backend.degraded()];
   const envoy = Object.fromEntries(Object.entries(c1).map(([k, v]) => [k, v - c0[k as keyof FilterCounts]])) as unknown as FilterCounts;
@@ -159,6 +162,7 @@ async function counted(s: Stage, work: () => Promise<Answer[]>): Promise<Measure
     envoy,
     degraded: d0 === undefined || d1 === undefined ? undefined : d1 - d0,
     cpuMs: (cpu1 - cpu0) * 1000,
+    ...(steal === undefined ? {} : { stealMs: steal.stealMs, errorsInSteal: Math.min(steal.errorsInSteal, envoy.error) }),
   };
 }
 

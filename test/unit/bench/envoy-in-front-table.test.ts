@@ -106,6 +106,26 @@ describe('bench: Envoy in front', () => {
     assert.match(lines[8], /\| 60 of 7,000 missed \(ok 6,900 \/ over_limit 0 \/ error 60, 40 not asked, 1 unanswered\) \|/);
   });
 
+  test("host steal: a row's steal, and how many of its errors came right after 20 ms or more of it", () => {
+    const steady = { ...figures.steady, stealMs: 120, errorsInSteal: 3 };
+    const calm = { ...figures.firstDecisions, stealMs: 0, errorsInSteal: 0 };
+    const lines = envoyInFrontTable(
+      envoyScale({ BENCH_ENVOY_BURNER: '0' }),
+      { ...figures, steady, firstDecisions: calm, burst: { ...figures.burst, stealMs: 0 } },
+      figures,
+    ).split('\n');
+    assert.match(
+      lines[3],
+      /\| ok 4,797 \/ over_limit 0 \/ error 3, service CPU 150 µs\/request, host steal 120 ms, 3 of the 3 errors right after 20 ms or more of it \| ok 4,797 \/ over_limit 0 \/ error 3, service CPU 150 µs\/request \|$/,
+    );
+    assert.match(lines[6], /\| 3 of 200 missed \(ok 197 \/ over_limit 0 \/ error 3, host steal 0 ms, 0 of the 3 errors right after 20 ms or more of it\) \|/);
+    // No errors and no steal: nothing said.
+    assert.doesNotMatch(lines[2], /steal/);
+    const sum = sumMeasured([steady, calm]);
+    assert.deepEqual([sum.stealMs, sum.errorsInSteal], [120, 3]);
+    assert.equal(sumMeasured([steady, figures.firstDecisions]).stealMs, undefined);
+  });
+
   test('a column that did not run has a dash in every cell; the burner rows can be left out', () => {
     const lines = envoyInFrontTable(envoyScale({ BENCH_ENVOY_BURNER: '0' }), figures, 'Go not found').split('\n');
     assert.equal(lines.length, 2 + 5);
