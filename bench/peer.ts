@@ -395,7 +395,9 @@ export async function peerBench(requests: number): Promise<PeerBench | string> {
           const m = await measureRow(t, redis, descriptors, keys, keys > 1 ? Math.round(requests / 2) : requests);
           const k = `${t.name}/${descriptors}/${keys}`;
           if (!best.has(k) || best.get(k)!.reqPerSec < m.reqPerSec) best.set(k, m);
-          every.set(k, [...(every.get(k) ?? []), { reqPerSec: m.reqPerSec, serverCpuUsPerReq: m.serverCpuUsPerReq }]);
+          const seen = every.get(k) ?? [];
+          seen.push({ reqPerSec: m.reqPerSec, serverCpuUsPerReq: m.serverCpuUsPerReq });
+          every.set(k, seen);
         }
       }
     }
