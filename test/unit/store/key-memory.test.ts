@@ -173,3 +173,44 @@ test('bounded: the least recently written counters go first, whole generations a
   assert.ok([...memory.allKnown()].length <= 4);
   assert.equal(memory.known('k999')?.remaining, 999);
 });
+
+test('generations reused after being dropped: no counter sees numbers or hits of one that held its slot before', () => {
+  // A dropped generation's arrays become the next young one's. Against a model of the two
+  // generations (maps of whole records), over many rotations: every counter held has exactly its
+  // own latest answer and hits, and no forgotten one comes back.
+  const memory = new KeyMemory(6);
+  type Rec = { remaining: number; hits: number };
+  let young = new Map<string, Rec>();
+  let old = new Map<string, Rec>();
+  let seed = 7;
+  const rand = (n: number) => {
+    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+    return (seed >>> 8) % n;
+  };
+  const at = 10 * MIN;
+  for (let op = 0; op < 3000; op++) {
+    const key = `k${rand(12)}`;
+    const remaining = rand(100);
+    const consumed = rand(3) > 0;
+    memory.decided([checkOf({ ...fixed, key }, 1)], { admitted: consumed, outcomes: [outcome(consumed, remaining)], storeTimeMs: at });
+    let rec = young.get(key);
+    if (rec === undefined) {
+      const moved = old.get(key);
+      if (young.size >= 3) {
+        old = young;
+        young = new Map();
+      }
+      rec = moved === undefined ? { remaining: 0, hits: 0 } : { ...moved };
+      young.set(key, rec);
+    }
+    rec.remaining = remaining;
+    if (consumed) rec.hits += 1;
+    const held = new Map([...old, ...young]);
+    for (let k = 0; k < 12; k++) {
+      const name = `k${k}`;
+      const want = held.get(name);
+      assert.equal(memory.known(name)?.remaining, want?.remaining, `op ${op}: ${name}`);
+      assert.deepEqual(windows(memory, name, at + 1), want === undefined || want.hits === 0 ? [] : [[at, want.hits]], `op ${op}: ${name}`);
+    }
+  }
+});
