@@ -49,8 +49,8 @@ const CELLS = 4096;
 // (a lease TTL at most); the next request takes again.
 export class AutoLeases implements LeasePolicy {
   // Exact counts, for keys the sketch says may be hot: most keys of a busy fleet never are, and a
-  // record per key and second (an object, a map entry, the key kept alive) cost 3% of a
-  // 3-descriptor request's CPU on new keys.
+  // record per key and second for each of them (an object and a map entry, keeping the key alive
+  // until the map is cleared) is garbage the collector copies.
   private readonly rates = new Map<string, { second: number; count: number; hotUntil: number }>();
   // This second's requests per key, over-counted (count-min with conservative update: two cells
   // a key, each raised to the smaller one's count plus one): below a quarter of the threshold, a
