@@ -218,7 +218,10 @@ export class KeyMemory {
       g.specs[i] = undefined;
       g.owns[i] = undefined;
     } else {
-      g.nums.set(from.nums.subarray(o * FIELDS, (o + 1) * FIELDS), i * FIELDS);
+      // (Element by element: a subarray to copy from would be an object per moved counter.)
+      const src = from.nums;
+      const dst = g.nums;
+      for (let f = 0; f < FIELDS; f++) dst[i * FIELDS + f] = src[o * FIELDS + f];
       g.specs[i] = from.specs[o];
       g.owns[i] = from.owns[o];
     }
