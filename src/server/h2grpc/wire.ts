@@ -240,10 +240,12 @@ export class WireConnection implements StreamOwner {
     this.closeIfIdle();
   }
 
-  // Idle: GOAWAY naming no stream limit, then a PING; once it is answered, every stream the client
-  // opened before it saw the GOAWAY has arrived, and the real GOAWAY can name the last (grpc-go's
-  // graceful close). A client that does not answer within a second is closed anyway.
-  closeIdle(): void {
+  // Idle, or the server stopping: GOAWAY naming no stream limit, then a PING; once it is answered,
+  // every stream the client opened before it saw the GOAWAY has arrived, and the real GOAWAY can
+  // name the last (grpc-go's graceful close). So no call the client sent before it knew is refused:
+  // a refused call is retried once, and a retry that lands on another worker stopping too fails.
+  // A client that does not answer within a second is closed anyway.
+  closeGracefully(): void {
     if (this.closed || this.goingAway || this.idleClosing) return;
     this.idleClosing = true;
     this.queue(GOAWAY, 0, 0, goaway(MAX_WINDOW, NO_ERROR));
@@ -819,16 +821,17 @@ export class WireServer {
       }
       if (idleMs <= 0) continue;
       if (c.streams.size > 0 || c.streamOpened) c.idleMs = 0;
-      else if ((c.idleMs += everyMs) >= idleMs + everyMs) c.closeIdle();
+      else if ((c.idleMs += everyMs) >= idleMs + everyMs) c.closeGracefully();
       c.streamOpened = false;
     }
   }
 
-  // Stop accepting; GOAWAY on every connection, each closed once its streams are answered.
+  // Stop accepting; a graceful GOAWAY on every connection, each closed once its streams are
+  // answered.
   close(done: () => void): void {
     clearInterval(this.sweeper);
     this.server.close(() => done());
-    for (const c of this.connections) c.close();
+    for (const c of this.connections) c.closeGracefully();
   }
 
   destroy(): void {

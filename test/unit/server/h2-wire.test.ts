@@ -7,7 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { encodeHeaders, HpackDecoder, HpackError } from '../../../src/server/h2grpc/hpack';
 import { contentLength } from '../../../src/server/h2grpc/request-headers';
 import { WireStream } from '../../../src/server/h2grpc/wire';
-import { WINDOW_UPDATE } from '../../../src/server/h2grpc/frames';
+import { PING as PING_TYPE, WINDOW_UPDATE } from '../../../src/server/h2grpc/frames';
 import {
   echoServer,
   frame,
@@ -723,5 +723,31 @@ describe("sluice's HTTP/2: what a peer can make a connection cost", () => {
     } finally {
       await server.stop();
     }
+  });
+});
+
+describe("sluice's HTTP/2: the server stopping", () => {
+  test('a call the client sent before it saw the GOAWAY is answered, not refused; the last GOAWAY names it', async () => {
+    // A refused call is retried once by grpc-js; with several workers stopping at once, the retry
+    // can be refused too and fail. So the stop is grpc-go's graceful close: GOAWAY naming no limit
+    // and a PING, and the GOAWAY that names the last stream only once the PING is answered.
+    const echo = await echoServer();
+    const c = await raw(echo.port);
+    c.send(PREFACE, SETTINGS_FRAME, headersFrame(1, GOOD));
+    await c.next(1, 1);
+    const stopped = echo.stop();
+    // Sent right after the stop began, before this client read anything of it.
+    c.send(headersFrame(3, GOOD));
+    await c.next(1, 3);
+    assert.ok(!c.frames.some((f) => f.type === RST_STREAM), 'no stream refused');
+    const first = await c.next(GOAWAY);
+    assert.equal(first.payload.readUInt32BE(0) & 0x7fffffff, 0x7fffffff, 'the first GOAWAY names no limit');
+    const ping = await c.next(PING_TYPE);
+    c.send(frame(PING_TYPE, 0x1, 0, ping.payload));
+    await c.until('the last GOAWAY', () => c.frames.filter((f) => f.type === GOAWAY).length === 2);
+    const last = c.frames.filter((f) => f.type === GOAWAY)[1];
+    assert.deepEqual([last.payload.readUInt32BE(0) & 0x7fffffff, goawayCode(last)], [3, 0]);
+    await c.until('close', c.isClosed);
+    await stopped;
   });
 });
