@@ -750,4 +750,34 @@ describe("sluice's HTTP/2: the server stopping", () => {
     await c.until('close', c.isClosed);
     await stopped;
   });
+
+  test('a client that ignores the stop (never answers the PING, opens more streams) is cut off within about a second', async () => {
+    // The graceful close leaves a window in which new streams are still taken: a peer that never
+    // answers the PING and keeps opening streams gets the GOAWAY naming the last stream after 1 s
+    // anyway; streams it opens after that are refused, and the stop completes once it is closed.
+    const echo = await echoServer();
+    const c = await raw(echo.port);
+    c.send(PREFACE, SETTINGS_FRAME, headersFrame(1, GOOD));
+    await c.next(1, 1);
+    const began = Date.now();
+    const stopped = echo.stop();
+    await c.next(GOAWAY);
+    let id = 3;
+    while (c.frames.filter((f) => f.type === GOAWAY).length < 2) {
+      assert.ok(Date.now() - began < 3000, 'no GOAWAY naming the last stream within 3 s');
+      c.send(headersFrame(id, GOOD));
+      id += 2;
+      await sleep(50);
+    }
+    const elapsed = Date.now() - began;
+    assert.ok(elapsed >= 900, `the last GOAWAY came after ${elapsed} ms: before the client's second to answer`);
+    const last = c.frames.filter((f) => f.type === GOAWAY)[1].payload.readUInt32BE(0) & 0x7fffffff;
+    // One more stream past the named one: refused, not answered.
+    c.send(headersFrame(id, GOOD));
+    await c.until('close', c.isClosed);
+    await stopped;
+    const answered = new Set(c.frames.filter((f) => f.type === 1).map((f) => f.id));
+    for (let s = 1; s <= last; s += 2) assert.ok(answered.has(s), `stream ${s}, at or below the last GOAWAY's ${last}, was answered`);
+    assert.ok(!answered.has(id), `stream ${id}, past the last GOAWAY, was not answered`);
+  });
 });
